@@ -1,0 +1,1 @@
+"""Evaluators: the AutoMetrics method (data, regression, evaluator artifact, report)."""

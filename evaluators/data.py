@@ -1,0 +1,466 @@
+"""Loading and validating human-judgment data: CSV, JSONL, Parquet or a pandas DataFrame.
+
+Every problem is reported as a :class:`DataError` that names the file, column and rows at
+fault and says how to fix it.  Rows whose target is missing are excluded and counted (never
+filled with 0); missing or empty outputs are kept as real data (a system that produced
+nothing) and counted in the warnings.
+
+Example::
+
+    ds = load_dataset("simpeval.csv", target="score")
+    train, test = ds.split(test_size=0.3, seed=0)
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+__all__ = [
+    "DataError",
+    "Dataset",
+    "LabelInfo",
+    "load_dataset",
+    "read_table",
+    "parse_labels",
+    "builtin_dataset_path",
+    "MIN_LABELLED",
+]
+
+MIN_LABELLED = 10
+DEMO_DIR = Path(__file__).parent / "demo_data"
+
+# Binary vocabularies (lower-cased, stripped).  1 = the positive judgment.
+_POSITIVE = {"true", "yes", "y", "pass", "passed", "good", "up", "thumbs up", "thumbs_up", "thumbsup", "👍", "+1", "positive", "accept", "accepted", "correct"}
+_NEGATIVE = {"false", "no", "n", "fail", "failed", "bad", "down", "thumbs down", "thumbs_down", "thumbsdown", "👎", "-1", "negative", "reject", "rejected", "incorrect"}
+
+
+class DataError(ValueError):
+    """Bad input data; the message names where the problem is and how to fix it."""
+
+
+@dataclass
+class LabelInfo:
+    """What kind of human judgment a target column holds (detected, reported to the user)."""
+
+    kind: str  # binary | likert | scale_0_100 | z_score | count | continuous
+    n_labelled: int
+    n_missing: int
+    minimum: float
+    maximum: float
+    n_distinct: int
+    mapping: dict[str, float] | None = None  # for textual binary labels
+
+    def describe(self) -> str:
+        names = {
+            "binary": "binary",
+            "likert": "Likert-type rating",
+            "scale_0_100": "0-100 rating",
+            "z_score": "z-normalised score",
+            "count": "behavioural count",
+            "continuous": "continuous score",
+        }
+        base = f"{names[self.kind]} ({self.n_distinct} distinct values, range {self.minimum:g}..{self.maximum:g})"
+        if self.mapping:
+            base += " mapped " + ", ".join(f"{k!r}->{v:g}" for k, v in sorted(self.mapping.items()))
+        return base
+
+    def to_dict(self) -> dict:
+        return {
+            "kind": self.kind,
+            "n_labelled": self.n_labelled,
+            "n_missing": self.n_missing,
+            "min": self.minimum,
+            "max": self.maximum,
+            "n_distinct": self.n_distinct,
+            "mapping": self.mapping,
+        }
+
+
+def builtin_dataset_path(name: str) -> Path:
+    """``demo:simpeval`` -> the CSV vendored with the package."""
+    path = DEMO_DIR / f"{name}.csv"
+    if not path.exists():
+        available = sorted(p.stem for p in DEMO_DIR.glob("*.csv"))
+        raise DataError(f"no built-in dataset {name!r}; built-in datasets: {', '.join('demo:' + a for a in available)}")
+    return path
+
+
+def _row_ref(source: str, idx: int) -> str:
+    """Human row reference: data row number (1-based) plus, for CSV files, the line."""
+    if source.lower().endswith(".csv"):
+        return f"row {idx + 1} (line {idx + 2} of {Path(source).name})"
+    return f"row {idx + 1}"
+
+
+def read_table(data) -> tuple[pd.DataFrame, str]:
+    """Read CSV / JSONL / JSON / Parquet (by extension) or accept a DataFrame.
+
+    Returns the frame and a source label used in error messages.
+    """
+    if isinstance(data, pd.DataFrame):
+        return data.reset_index(drop=True).copy(), "<DataFrame>"
+    if isinstance(data, str) and data.startswith("demo:"):
+        data = builtin_dataset_path(data[5:])
+    path = Path(data)
+    label = str(path)
+    if not path.exists():
+        raise DataError(f"cannot read {label}: file not found. Check the path (current folder: {Path.cwd()}).")
+    suffix = "".join(s for s in path.suffixes[-2:]).lower()
+    try:
+        if suffix.endswith(".csv") or suffix.endswith(".csv.gz"):
+            frame = pd.read_csv(path, keep_default_na=True)
+        elif suffix.endswith((".jsonl", ".ndjson", ".jsonl.gz")):
+            frame = pd.read_json(path, lines=True, dtype=False)
+        elif suffix.endswith(".json"):
+            frame = pd.read_json(path, dtype=False)
+        elif suffix.endswith((".parquet", ".pq")):
+            frame = pd.read_parquet(path)
+        elif suffix.endswith(".tsv"):
+            frame = pd.read_csv(path, sep="\t")
+        else:
+            raise DataError(
+                f"cannot read {label}: unknown file type {path.suffix!r}. Use .csv, .tsv, .jsonl, .json or .parquet "
+                "(or pass a pandas DataFrame)."
+            )
+    except DataError:
+        raise
+    except Exception as exc:  # parser errors differ per format; all become one clear message
+        raise DataError(f"cannot read {label} as {suffix or 'a table'}: {type(exc).__name__}: {exc}") from exc
+    if frame.empty:
+        raise DataError(f"{label} has no rows.")
+    return frame, label
+
+
+def _require_column(frame: pd.DataFrame, col: str, role: str, source: str, flag: str) -> None:
+    if col in frame.columns:
+        return
+    close = difflib.get_close_matches(col, [str(c) for c in frame.columns], n=3, cutoff=0.5)
+    hint = f" Did you mean {', '.join(repr(c) for c in close)}? " if close else " "
+    raise DataError(
+        f"{source}: no column {col!r} for the {role}.{hint}Columns present: {', '.join(map(str, frame.columns))}. "
+        f"Pass {flag} COLUMN to choose another."
+    )
+
+
+def parse_labels(values: pd.Series, column: str, source: str = "<data>") -> tuple[np.ndarray, LabelInfo]:
+    """Parse a target column to floats (NaN = missing) and detect its label kind.
+
+    Numbers pass through; textual binary labels (yes/no, pass/fail, thumbs up/down, ...) map to
+    1/0.  Anything else is an error that shows the offending rows.
+    """
+    mapping: dict[str, float] = {}
+    out = np.full(len(values), np.nan)
+    bad: list[tuple[int, object]] = []
+    for i, v in enumerate(values.tolist()):
+        if v is None or (isinstance(v, float) and math.isnan(v)):
+            continue
+        if isinstance(v, bool | np.bool_):
+            out[i] = float(v)
+            mapping[str(v).lower()] = float(v)
+            continue
+        if isinstance(v, int | float | np.integer | np.floating):
+            out[i] = float(v)
+            continue
+        s = str(v).strip()
+        if not s or s.lower() in {"nan", "none", "null", "na", "n/a"}:
+            continue
+        try:
+            out[i] = float(s)
+            continue
+        except ValueError:
+            pass
+        key = s.lower()
+        if key in _POSITIVE:
+            out[i] = 1.0
+            mapping[key] = 1.0
+        elif key in _NEGATIVE:
+            out[i] = 0.0
+            mapping[key] = 0.0
+        else:
+            bad.append((i, v))
+    if bad:
+        examples = "; ".join(f"{_row_ref(source, i)}: {v!r}" for i, v in bad[:5])
+        raise DataError(
+            f"{source}: column {column!r} has {len(bad)} value(s) that are not labels: {examples}. "
+            "Use numbers (Likert 1-5, 1-100, z-scores, counts) or binary words (true/false, yes/no, pass/fail, "
+            "thumbs up/down, 1/0); leave a cell empty for a missing label."
+        )
+    if np.isinf(out).any():
+        i = int(np.flatnonzero(np.isinf(out))[0])
+        raise DataError(f"{source}: column {column!r} has an infinite value at {_row_ref(source, i)}; use a finite number.")
+    labelled = out[~np.isnan(out)]
+    n_distinct = int(len(np.unique(labelled))) if len(labelled) else 0
+    lo = float(labelled.min()) if len(labelled) else float("nan")
+    hi = float(labelled.max()) if len(labelled) else float("nan")
+    is_int = bool(len(labelled)) and bool(np.all(np.isclose(labelled, np.round(labelled))))
+    kind = _label_kind(labelled, is_int, bool(mapping))
+    info = LabelInfo(
+        kind=kind,
+        n_labelled=int(len(labelled)),
+        n_missing=int(np.isnan(out).sum()),
+        minimum=lo,
+        maximum=hi,
+        n_distinct=n_distinct,
+        mapping=mapping or None,
+    )
+    return out, info
+
+
+def _label_kind(labelled: np.ndarray, is_int: bool, textual_binary: bool) -> str:
+    """Best-effort label kind, reported to the user (it does not change the fit)."""
+    if not len(labelled):
+        return "continuous"
+    lo, hi, med = float(labelled.min()), float(labelled.max()), float(np.median(labelled))
+    if textual_binary or set(np.unique(labelled)).issubset({0.0, 1.0}):
+        return "binary"
+    if lo < 0:
+        return "z_score"
+    # counts of behaviour (copies, retries, clicks) are integers from 0, usually skewed to small values
+    skewed_count = is_int and lo == 0 and med <= 1 and hi >= 3
+    if hi <= 10:
+        return "count" if skewed_count else "likert"
+    if hi <= 100:
+        return "count" if is_int and med <= 5 else "scale_0_100"
+    return "count" if is_int else "continuous"
+
+
+def _parse_reference_cell(v, col: str, idx: int, source: str) -> list[str]:
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return []
+    if isinstance(v, list | tuple | np.ndarray):
+        return [str(x) for x in v if x is not None and str(x).strip()]
+    s = str(v)
+    stripped = s.strip()
+    if stripped.startswith('["') or stripped.startswith("['") or (stripped.startswith("[") and stripped.endswith("]")):
+        try:
+            parsed = json.loads(stripped)
+        except json.JSONDecodeError as exc:
+            raise DataError(
+                f"{source}: column {col!r} at {_row_ref(source, idx)} looks like a JSON list but does not parse "
+                f"({exc.msg} at char {exc.pos}). Write it as a JSON list of strings, e.g. [\"ref one\", \"ref two\"]."
+            ) from exc
+        if not isinstance(parsed, list):
+            raise DataError(f"{source}: column {col!r} at {_row_ref(source, idx)} must be a JSON list of strings.")
+        return [str(x) for x in parsed if x is not None and str(x).strip()]
+    return [s] if stripped else []
+
+
+@dataclass
+class Dataset:
+    """Validated examples: ``frame`` has columns id, group, input, output, references (list of
+    str) and one float column per target (NaN = unlabelled)."""
+
+    frame: pd.DataFrame
+    targets: list[str]
+    labels: dict[str, LabelInfo]
+    source: str
+    columns: dict[str, object]
+    warnings: list[str] = field(default_factory=list)
+    has_references: bool = False
+    has_input: bool = True
+
+    def __len__(self) -> int:
+        return len(self.frame)
+
+    @property
+    def inputs(self) -> list[str]:
+        return self.frame["input"].tolist()
+
+    @property
+    def outputs(self) -> list[str]:
+        return self.frame["output"].tolist()
+
+    @property
+    def references(self) -> list[list[str]] | None:
+        return self.frame["references"].tolist() if self.has_references else None
+
+    def y(self, target: str | None = None) -> np.ndarray:
+        return self.frame[target or self.targets[0]].to_numpy(dtype=float)
+
+    def labelled(self, target: str | None = None) -> Dataset:
+        """Only rows that carry a label for ``target``."""
+        target = target or self.targets[0]
+        keep = self.frame[target].notna().to_numpy()
+        return self.subset(np.flatnonzero(keep))
+
+    def subset(self, positions) -> Dataset:
+        return Dataset(
+            frame=self.frame.iloc[np.asarray(positions, dtype=int)].reset_index(drop=True),
+            targets=self.targets,
+            labels=self.labels,
+            source=self.source,
+            columns=self.columns,
+            warnings=list(self.warnings),
+            has_references=self.has_references,
+            has_input=self.has_input,
+        )
+
+    def fingerprint(self) -> str:
+        """sha256 over the content that a fit depends on (texts, references, targets)."""
+        h = hashlib.sha256()
+        cols = ["id", "input", "output", "references", *self.targets]
+        for row in self.frame[cols].itertuples(index=False):
+            h.update(json.dumps([str(x) if not isinstance(x, list) else x for x in row], ensure_ascii=False).encode())
+            h.update(b"\n")
+        return h.hexdigest()
+
+    def split_positions(self, test_size: float = 0.3, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+        """Train/test positions grouped by ``group`` (by default the input): the same input is
+        never on both sides.  Seeded and deterministic."""
+        if not 0 < test_size < 1:
+            raise DataError(f"test_size must be between 0 and 1 (exclusive), got {test_size}")
+        from sklearn.model_selection import GroupShuffleSplit
+
+        groups = self.frame["group"].astype(str).to_numpy()
+        if len(np.unique(groups)) < 2:
+            raise DataError(
+                "all rows share one input/group, so a grouped train/test split is impossible. "
+                "Pass --group-col with a column that varies, or more distinct inputs."
+            )
+        splitter = GroupShuffleSplit(n_splits=1, test_size=test_size, random_state=seed)
+        train, test = next(splitter.split(np.zeros(len(groups)), groups=groups))
+        return np.sort(train), np.sort(test)
+
+    def split(self, test_size: float = 0.3, seed: int = 0) -> tuple[Dataset, Dataset]:
+        train, test = self.split_positions(test_size, seed)
+        return self.subset(train), self.subset(test)
+
+
+def load_dataset(
+    data,
+    target: str | list[str] | None = None,
+    *,
+    input_col: str = "input",
+    output_col: str = "output",
+    reference_cols: list[str] | str | None = None,
+    id_col: str | None = "id",
+    group_col: str | None = None,
+    require_target: bool = True,
+    min_labelled: int = MIN_LABELLED,
+) -> Dataset:
+    """Load and validate data for fitting (``require_target``) or scoring.
+
+    ``reference_cols`` default: ``references`` (a JSON list per row) if present, else
+    ``reference``, else no references.  Several columns may be given; a column may hold a
+    single string or a JSON list.
+    """
+    frame, source = read_table(data)
+    frame.columns = [str(c) for c in frame.columns]
+    warnings: list[str] = []
+
+    targets = [target] if isinstance(target, str) else list(target or [])
+    if require_target and not targets:
+        raise DataError("no target given: pass --target COLUMN naming the human-judgment column.")
+
+    _require_column(frame, output_col, "outputs (the generated text to evaluate)", source, "--output-col")
+    has_input = input_col in frame.columns
+    if not has_input:
+        if input_col != "input":
+            _require_column(frame, input_col, "inputs", source, "--input-col")
+        warnings.append(f"no {input_col!r} column: metrics that need the input are skipped.")
+
+    if reference_cols is None:
+        reference_cols = [c for c in ("references", "reference") if c in frame.columns][:1]
+    elif isinstance(reference_cols, str):
+        reference_cols = [reference_cols]
+    for col in reference_cols:
+        _require_column(frame, col, "references", source, "--reference-col")
+
+    for t in targets:
+        _require_column(frame, t, "target (human judgment)", source, "--target")
+
+    out = pd.DataFrame(index=range(len(frame)))
+    if id_col and id_col in frame.columns:
+        ids = frame[id_col].astype(str)
+        dup = ids[ids.duplicated(keep=False)]
+        if len(dup):
+            first = dup.drop_duplicates().head(3)
+            where = "; ".join(
+                f"{v!r} at " + ", ".join(_row_ref(source, int(i)) for i in np.flatnonzero(ids.to_numpy() == v)[:3])
+                for v in first
+            )
+            raise DataError(
+                f"{source}: column {id_col!r} has {dup.nunique()} duplicated id(s): {where}. "
+                "Ids must be unique; fix them or pass --id-col with another column (or --id-col '' to number rows)."
+            )
+        out["id"] = ids.to_numpy()
+    else:
+        if id_col and id_col != "id":
+            _require_column(frame, id_col, "ids", source, "--id-col")
+        out["id"] = [str(i) for i in range(len(frame))]
+
+    def text(col: str) -> list[str]:
+        vals = frame[col].tolist()
+        return ["" if v is None or (isinstance(v, float) and math.isnan(v)) else str(v) for v in vals]
+
+    out["input"] = text(input_col) if has_input else [""] * len(frame)
+    outputs = text(output_col)
+    n_empty = sum(1 for o in outputs if not o.strip())
+    if n_empty:
+        warnings.append(
+            f"{n_empty} row(s) have a missing or empty {output_col!r}; they are kept and scored as empty text "
+            "(a system that produced nothing)."
+        )
+    out["output"] = outputs
+
+    refs: list[list[str]] = [[] for _ in range(len(frame))]
+    for col in reference_cols:
+        for i, v in enumerate(frame[col].tolist()):
+            refs[i].extend(_parse_reference_cell(v, col, i, source))
+    # one reference column is often a copy of the first entry of another: de-duplicate, keep order
+    out["references"] = [list(dict.fromkeys(r)) for r in refs]
+    has_refs = bool(reference_cols) and any(out["references"].map(len))
+    if reference_cols:
+        n_noref = int((out["references"].map(len) == 0).sum())
+        if n_noref and has_refs:
+            warnings.append(f"{n_noref} row(s) have no reference; reference-based metrics give no score (NaN) there.")
+
+    if group_col:
+        _require_column(frame, group_col, "groups", source, "--group-col")
+        out["group"] = frame[group_col].astype(str).to_numpy()
+    else:
+        out["group"] = out["input"] if has_input else out["id"]
+
+    labels: dict[str, LabelInfo] = {}
+    for t in targets:
+        y, info = parse_labels(frame[t], t, source)
+        out[t] = y
+        labels[t] = info
+        if require_target:
+            if info.n_labelled < min_labelled:
+                raise DataError(
+                    f"{source}: column {t!r} has only {info.n_labelled} labelled row(s); at least {min_labelled} "
+                    "are needed to fit and validate an evaluator. Collect more feedback first."
+                )
+            if info.n_distinct < 2:
+                raise DataError(
+                    f"{source}: column {t!r} is constant ({info.minimum:g} on all {info.n_labelled} labelled rows); "
+                    "a constant judgment cannot be predicted. Check that you chose the right --target."
+                )
+            if info.n_missing:
+                warnings.append(f"{info.n_missing} row(s) have no {t!r} label; they are excluded from the fit.")
+
+    return Dataset(
+        frame=out,
+        targets=targets,
+        labels=labels,
+        source=source,
+        columns={
+            "input": input_col if has_input else None,
+            "output": output_col,
+            "references": list(reference_cols),
+            "id": id_col,
+            "group": group_col,
+        },
+        warnings=warnings,
+        has_references=has_refs,
+        has_input=has_input,
+    )

@@ -1,0 +1,240 @@
+"""The fit report: Markdown and one self-contained offline HTML page (inline CSS and SVG, no
+scripts, no CDN).  It shows what the evaluator is made of and how far to trust it."""
+
+from __future__ import annotations
+
+import html
+import math
+import re
+from pathlib import Path
+
+import numpy as np
+
+from ..metricbank import load_card
+from .fit import FitResult
+
+__all__ = ["render_markdown", "render_html", "write_reports"]
+
+
+def _f(v, digits: int = 3) -> str:
+    if v is None or (isinstance(v, float) and not math.isfinite(v)):
+        return "–"
+    return f"{v:.{digits}f}"
+
+
+def _p(v) -> str:
+    if v is None or (isinstance(v, float) and not math.isfinite(v)):
+        return "–"
+    return f"{v:.2g}" if v >= 1e-3 else f"{v:.1e}"
+
+
+def _stat_line(s: dict) -> str:
+    return f"τ = {_f(s.get('tau'))} [95% CI {_f(s.get('ci_low'))}, {_f(s.get('ci_high'))}], p = {_p(s.get('p_value'))}, n = {s.get('n')}"
+
+
+def _formula(ev) -> str:
+    a = ev.artifact
+    parts = [f"{a['intercept']:.4g}"]
+    for f in a["features"]:
+        sign = "+" if f["weight"] >= 0 else "−"
+        parts.append(f"{sign} {abs(f['weight']):.4g} · z({f['feature']})")
+    return f"{a['target']} ≈ " + " ".join(parts)
+
+
+def _card_markdown(name: str) -> str:
+    try:
+        return load_card(name)
+    except Exception as exc:  # a missing card must not break the report
+        return f"(no Metric Card: {exc})"
+
+
+def render_markdown(result: FitResult) -> str:
+    ev = result.evaluator
+    a = ev.artifact
+    st = a["statistics"]
+    lines = [f"# AutoMetrics evaluator report: `{a['target']}`", ""]
+    if a.get("task"):
+        lines += [f"**Task:** {a['task']}", ""]
+    d = a["dataset"]
+    lines += [
+        f"**Data:** {d['source']} — {d['n_labelled']} labelled rows ({d['n_excluded_missing_target']} without a label excluded), "
+        f"{d['n_train']} train / {d['n_test']} test, {a['method']['split']}, seed {a['method']['seed']}.  ",
+        f"**Label:** {a['label']['kind']} (range {a['label']['min']:g}..{a['label']['max']:g}).  ",
+        f"**Package:** autometrics-sdk {a['package_version']}, created {a['created_at']}, data {d['fingerprint'][:19]}…",
+        "",
+        "## Agreement with human judgment (Kendall τ-b)",
+        "",
+        f"- **Held-out (test): {_stat_line(st['test'])}**",
+        f"- Train: {_stat_line(st['train'])}",
+    ]
+    if st.get("best_single_metric"):
+        b = st["best_single_metric"]
+        lines.append(f"- Best single existing metric chosen on train, `{b['feature']}`: test {_stat_line(b['test'])}")
+    lines += ["", "## Warnings", ""]
+    lines += [f"- ⚠ {w}" for w in a["warnings"]] or ["- none"]
+    lines += ["", "## Evaluator", "", f"`{_formula(ev)}`", "", "z(m) = (m − train mean) / train std; missing values take the train median.", ""]
+    lines += ["| metric | weight | importance | τ train | τ test | higher is better |", "|---|---:|---:|---:|---:|---|"]
+    for f in a["features"]:
+        lines.append(
+            f"| `{f['feature']}` | {f['weight']:+.4f} | {100 * f['importance']:.1f}% | {_f(f['tau_train'])} | {_f(f['tau_test'])} | {'yes' if f['higher_is_better'] else 'no'} |"
+        )
+    lines += ["", f"## All candidate metrics ({st['n_candidates']}, {st['n_usable_candidates']} usable)", ""]
+    lines += ["| metric | τ train | τ test | stage-1 weight | selected |", "|---|---:|---:|---:|---|"]
+    cand = result.candidates.assign(_abs=result.candidates["tau_train"].abs()).sort_values("_abs", ascending=False, na_position="last")
+    for r in cand.itertuples():
+        lines.append(f"| `{r.feature}` | {_f(r.tau_train)} | {_f(r.tau_test)} | {_f(r.stage1_weight)} | {'✔' if r.selected else ''} |")
+    lines += ["", "## Metric Cards of the selected metrics", ""]
+    for name in dict.fromkeys(f["metric"]["name"] for f in a["features"]):
+        # demote the card's headings two levels so they nest under this section
+        lines += [re.sub(r"^(#+)", r"##\1", _card_markdown(name), flags=re.M), ""]
+    return "\n".join(lines) + "\n"
+
+
+# --------------------------------------------------------------------------- HTML
+
+_CSS = """
+body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:0;background:#f6f7f9;color:#1d232b}
+main{max-width:1080px;margin:0 auto;padding:24px}
+h1{font-size:1.6em;margin:.2em 0}h2{font-size:1.2em;margin-top:1.6em;border-bottom:1px solid #dde1e6;padding-bottom:.2em}
+.meta{color:#56606b;font-size:.92em;line-height:1.5}
+.cards{display:flex;gap:14px;flex-wrap:wrap;margin:16px 0}
+.stat{background:#fff;border:1px solid #dde1e6;border-radius:8px;padding:12px 16px;min-width:200px;flex:1}
+.stat .v{font-size:1.9em;font-weight:600}.stat .l{color:#56606b;font-size:.85em}
+.warn{background:#fff7e0;border:1px solid #f0c36d;border-radius:8px;padding:8px 16px}
+.ok{background:#eaf7ee;border:1px solid #8fd19e;border-radius:8px;padding:8px 16px}
+table{border-collapse:collapse;width:100%;background:#fff;font-size:.92em}
+th,td{border-bottom:1px solid #e6e9ed;padding:6px 8px;text-align:left}td.n{text-align:right;font-variant-numeric:tabular-nums}
+.bar{display:inline-block;height:10px;background:#3b7dd8;border-radius:2px;vertical-align:middle}
+code{background:#eef1f4;padding:1px 4px;border-radius:3px;font-size:.9em}
+.formula{background:#fff;border:1px solid #dde1e6;border-radius:8px;padding:10px 14px;overflow-x:auto}
+details{background:#fff;border:1px solid #dde1e6;border-radius:8px;padding:8px 14px;margin:8px 0}
+summary{cursor:pointer;font-weight:600}
+.card h1{font-size:1.2em}.card h2{font-size:1.05em}.card h3{font-size:.98em}
+svg text{font-size:11px;fill:#56606b}
+"""
+
+
+def _svg_scatter(result: FitResult, width: int = 520, height: int = 380) -> str:
+    """Predicted vs human scatter (test points solid, train points faint) as inline SVG."""
+    tr, te = result.train, result.test
+    xs = np.concatenate([tr["human"].to_numpy(), te["human"].to_numpy()])
+    ys = np.concatenate([tr["predicted"].to_numpy(), te["predicted"].to_numpy()])
+    lo = float(min(xs.min(), ys.min()))
+    hi = float(max(xs.max(), ys.max()))
+    if hi - lo < 1e-9:
+        hi = lo + 1
+    pad = (hi - lo) * 0.05
+    lo, hi = lo - pad, hi + pad
+    ml, mr, mt, mb = 52, 16, 16, 44
+
+    def sx(v):
+        return ml + (v - lo) / (hi - lo) * (width - ml - mr)
+
+    def sy(v):
+        return height - mb - (v - lo) / (hi - lo) * (height - mt - mb)
+
+    parts = [f'<svg role="img" aria-label="predicted versus human scores" width="{width}" height="{height}" viewBox="0 0 {width} {height}" xmlns="http://www.w3.org/2000/svg">']
+    parts.append(f'<rect x="{ml}" y="{mt}" width="{width - ml - mr}" height="{height - mt - mb}" fill="#fff" stroke="#c9ced4"/>')
+    for t in np.linspace(lo + pad, hi - pad, 5):
+        parts.append(f'<line x1="{sx(t):.1f}" y1="{height - mb}" x2="{sx(t):.1f}" y2="{height - mb + 4}" stroke="#888"/>')
+        parts.append(f'<text x="{sx(t):.1f}" y="{height - mb + 16}" text-anchor="middle">{t:.3g}</text>')
+        parts.append(f'<line x1="{ml - 4}" y1="{sy(t):.1f}" x2="{ml}" y2="{sy(t):.1f}" stroke="#888"/>')
+        parts.append(f'<text x="{ml - 6}" y="{sy(t) + 4:.1f}" text-anchor="end">{t:.3g}</text>')
+    parts.append(f'<line x1="{sx(lo):.1f}" y1="{sy(lo):.1f}" x2="{sx(hi):.1f}" y2="{sy(hi):.1f}" stroke="#bbb" stroke-dasharray="4 4"/>')
+    for x, y in zip(tr["human"], tr["predicted"]):
+        parts.append(f'<circle cx="{sx(x):.1f}" cy="{sy(y):.1f}" r="2.6" fill="#9aa5b1" fill-opacity="0.45"/>')
+    for x, y in zip(te["human"], te["predicted"]):
+        parts.append(f'<circle cx="{sx(x):.1f}" cy="{sy(y):.1f}" r="3.2" fill="#3b7dd8" fill-opacity="0.8"/>')
+    parts.append(f'<text x="{(ml + width - mr) / 2:.0f}" y="{height - 8}" text-anchor="middle">human score</text>')
+    parts.append(f'<text x="14" y="{(mt + height - mb) / 2:.0f}" text-anchor="middle" transform="rotate(-90 14 {(mt + height - mb) / 2:.0f})">predicted score</text>')
+    parts.append(f'<circle cx="{ml + 12}" cy="{mt + 12}" r="3.2" fill="#3b7dd8"/><text x="{ml + 20}" y="{mt + 16}">test</text>')
+    parts.append(f'<circle cx="{ml + 56}" cy="{mt + 12}" r="2.6" fill="#9aa5b1"/><text x="{ml + 64}" y="{mt + 16}">train</text>')
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def render_html(result: FitResult) -> str:
+    import markdown
+
+    e = html.escape
+    ev = result.evaluator
+    a = ev.artifact
+    st = a["statistics"]
+    d = a["dataset"]
+    te = st["test"]
+    out = [
+        "<!doctype html><html lang='en'><head><meta charset='utf-8'>",
+        f"<meta name='viewport' content='width=device-width,initial-scale=1'><title>AutoMetrics report: {e(a['target'])}</title>",
+        f"<style>{_CSS}</style></head><body><main>",
+        f"<h1>AutoMetrics evaluator: <code>{e(a['target'])}</code></h1>",
+        "<div class='meta'>",
+    ]
+    if a.get("task"):
+        out.append(f"<div><b>Task:</b> {e(a['task'])}</div>")
+    out.append(
+        f"<div><b>Data:</b> {e(str(d['source']))} — {d['n_labelled']} labelled rows ({d['n_excluded_missing_target']} without label excluded); "
+        f"{d['n_train']} train / {d['n_test']} test, {e(a['method']['split'])}, seed {a['method']['seed']}</div>"
+        f"<div><b>Label:</b> {e(a['label']['kind'])}, range {a['label']['min']:g}..{a['label']['max']:g} · "
+        f"<b>autometrics-sdk</b> {e(a['package_version'])} · {e(a['created_at'])} · data {e(d['fingerprint'][:19])}…</div></div>"
+    )
+    out.append("<div class='cards'>")
+    out.append(
+        f"<div class='stat' id='heldout-tau'><div class='l'>Held-out Kendall τ</div><div class='v'>{_f(te.get('tau'))}</div>"
+        f"<div class='l'>95% CI [{_f(te.get('ci_low'))}, {_f(te.get('ci_high'))}] · p = {_p(te.get('p_value'))} · n = {te.get('n')}</div></div>"
+    )
+    tr = st["train"]
+    out.append(f"<div class='stat'><div class='l'>Train Kendall τ</div><div class='v'>{_f(tr.get('tau'))}</div><div class='l'>n = {tr.get('n')}</div></div>")
+    if st.get("best_single_metric"):
+        b = st["best_single_metric"]
+        out.append(
+            f"<div class='stat'><div class='l'>Best single metric (chosen on train)</div><div class='v'>{_f(b['test'].get('tau'))}</div>"
+            f"<div class='l'>{e(b['feature'])} on test · CI [{_f(b['test'].get('ci_low'))}, {_f(b['test'].get('ci_high'))}]</div></div>"
+        )
+    out.append("</div>")
+    if a["warnings"]:
+        out.append("<div class='warn' id='warnings'><b>Warnings</b><ul>" + "".join(f"<li>{e(w)}</li>" for w in a["warnings"]) + "</ul></div>")
+    else:
+        out.append("<div class='ok' id='warnings'>No warnings.</div>")
+
+    out.append("<h2>The evaluator</h2>")
+    out.append(f"<div class='formula'><code>{e(_formula(ev))}</code><div class='meta'>z(m) = (m − train mean) / train std; missing values take the train median.</div></div>")
+    out.append("<table id='selected'><tr><th>metric</th><th>weight</th><th>importance</th><th>τ train</th><th>τ test</th><th>higher is better</th></tr>")
+    for f in a["features"]:
+        pct = 100 * f["importance"]
+        out.append(
+            f"<tr><td><code>{e(f['feature'])}</code></td><td class='n'>{f['weight']:+.4f}</td>"
+            f"<td><span class='bar' style='width:{1.6 * pct:.0f}px'></span> {pct:.1f}%</td>"
+            f"<td class='n'>{_f(f['tau_train'])}</td><td class='n'>{_f(f['tau_test'])}</td><td>{'yes' if f['higher_is_better'] else 'no'}</td></tr>"
+        )
+    out.append("</table>")
+    out.append("<h2>Predicted vs human (test points solid, train points faint)</h2>")
+    out.append(_svg_scatter(result))
+
+    out.append(f"<h2>All candidate metrics ({st['n_candidates']}, {st['n_usable_candidates']} usable)</h2><details><summary>Show the table</summary>")
+    out.append("<table><tr><th>metric</th><th>τ train</th><th>τ test</th><th>stage-1 weight</th><th>missing</th><th>selected</th></tr>")
+    cand = result.candidates.assign(_abs=result.candidates["tau_train"].abs()).sort_values("_abs", ascending=False, na_position="last")
+    for r in cand.itertuples():
+        out.append(
+            f"<tr><td><code>{e(r.feature)}</code></td><td class='n'>{_f(r.tau_train)}</td><td class='n'>{_f(r.tau_test)}</td>"
+            f"<td class='n'>{_f(r.stage1_weight)}</td><td class='n'>{r.missing}</td><td>{'✔' if r.selected else ''}</td></tr>"
+        )
+    out.append("</table></details>")
+    out.append("<h2>Metric Cards of the selected metrics</h2>")
+    for name in dict.fromkeys(f["metric"]["name"] for f in a["features"]):
+        body = markdown.markdown(_card_markdown(name), extensions=["tables", "fenced_code"])
+        out.append(f"<details class='card'><summary>{e(name)}</summary>{body}</details>")
+    out.append("</main></body></html>")
+    return "\n".join(out)
+
+
+def write_reports(result: FitResult, out_dir) -> dict[str, Path]:
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = {
+        "evaluator": result.evaluator.save(out / "evaluator.json"),
+        "markdown": out / "report.md",
+        "html": out / "report.html",
+    }
+    paths["markdown"].write_text(render_markdown(result), encoding="utf-8")
+    paths["html"].write_text(render_html(result), encoding="utf-8")
+    return paths

@@ -1,0 +1,28 @@
+"""autometrics: interpretable evaluators induced from human feedback (the AutoMetrics method),
+embedded in an LLM observability stack.
+
+The import root is light: heavy parts (scikit-learn, MetricBank, pandas) load on first use.
+
+    import autometrics
+    ev = autometrics.fit_evaluator("data.csv", target="score")
+    ev.score(df)
+"""
+
+from __future__ import annotations
+
+__version__ = "0.1.0"
+
+__all__ = ["__version__", "fit_evaluator", "load_evaluator", "load_dataset", "Evaluator"]
+
+
+def __getattr__(name: str):
+    # Lazy re-exports keep `import autometrics` fast (no pandas/sklearn at import time).
+    if name in ("fit_evaluator", "Evaluator", "load_evaluator"):
+        from .evaluators import fit as _fit
+
+        return getattr(_fit, name)
+    if name == "load_dataset":
+        from .evaluators.data import load_dataset
+
+        return load_dataset
+    raise AttributeError(f"module 'autometrics' has no attribute {name!r}")

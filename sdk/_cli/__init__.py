@@ -1,0 +1,1 @@
+"""Command-line interface; each command parses options and calls one public function."""

@@ -1,0 +1,68 @@
+"""Every registered metric honours the MetricBank contract and has a complete Metric Card."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+
+from autometrics.metricbank import CARD_SECTIONS, get_metric, list_metrics, load_card, metric_class, missing_card_sections
+
+CPU_BANK = [
+    "JaccardDistance", "HammingDistance", "LevenshteinDistance", "LevenshteinRatio", "Jaro", "JaroWinkler",
+    "BLEU", "NIST", "ROUGE", "METEOR", "TER", "iBLEU", "chrF++", "CIDEr", "GLEU", "SARI", "CharCut",
+    "PseudoPARENT", "UpdateROUGE", "FKGL", "DistinctNGrams", "SelfBLEU",
+    "OutputLength", "LengthRatio", "InputSimilarity",
+]
+
+OUTPUTS = ["The cat sat on the mat.", "", "A completely different sentence about dogs running in the park!"]
+INPUTS = ["The cat was sitting on the mat in the house.", "Some input text that was given.", "Dogs run in parks. They like it."]
+REFS = [["The cat sat on the mat."], ["A reference text."], ["Dogs were running in the park.", "The dogs ran in a park."]]
+
+
+def test_the_whole_cpu_bank_is_registered():
+    names = set(list_metrics())
+    assert not set(CPU_BANK) - names, f"missing: {sorted(set(CPU_BANK) - names)}"
+
+
+@pytest.mark.parametrize("name", list_metrics())
+def test_card_is_complete(name):
+    card = load_card(name)
+    assert card.lstrip().startswith("# "), "a card starts with its title"
+    assert missing_card_sections(card) == [], f"incomplete sections in {name}'s card"
+    order = [card.index(f"## {s}") for s in CARD_SECTIONS]
+    assert order == sorted(order), "sections in the paper's order"
+
+
+@pytest.mark.parametrize("name", list_metrics())
+def test_metric_contract(name):
+    cls = metric_class(name)
+    m = get_metric(name)
+    assert cls.description, "one-line description for `bank list`"
+    sig = m.signature()
+    assert sig.startswith(name + "|") and re.search(r"\|v:\w+$", sig)
+    assert len(m.feature_names()) == len(m.feature_signatures()) == len(m.feature_higher_is_better())
+    res = m.score_all(OUTPUTS, inputs=INPUTS, references=REFS)
+    assert list(res) == m.feature_names()
+    for values in res.values():
+        assert values.shape == (3,)
+        assert np.isfinite(values).all(), f"{name} gave {values} (empty outputs must score, not NaN)"
+    # deterministic
+    again = m.score_all(OUTPUTS, inputs=INPUTS, references=REFS)
+    for k in res:
+        np.testing.assert_array_equal(res[k], again[k])
+    if cls.needs_reference:
+        holes = m.score_all(OUTPUTS, inputs=INPUTS, references=[REFS[0], [], REFS[2]])
+        for values in holes.values():
+            assert np.isnan(values[1]) and np.isfinite(values[[0, 2]]).all()
+
+
+@pytest.mark.parametrize("name", [n for n in list_metrics() if not metric_class(n).batch_dependent])
+def test_batch_equals_one_by_one(name):
+    m = get_metric(name)
+    batch = m.score_all(OUTPUTS, inputs=INPUTS, references=REFS)
+    for i in range(len(OUTPUTS)):
+        single = m.score_all([OUTPUTS[i]], inputs=[INPUTS[i]], references=[REFS[i]])
+        for k in batch:
+            np.testing.assert_allclose(single[k], batch[k][i : i + 1], rtol=1e-9, atol=1e-9)

@@ -1,0 +1,70 @@
+"""The report: Markdown content, a self-contained HTML page, and a real render in headless Chromium."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+
+import pytest
+
+from autometrics.evaluators.fit import fit_evaluator
+from autometrics.evaluators.report import render_markdown, write_reports
+
+
+@pytest.fixture(scope="module")
+def written(tmp_path_factory):
+    res = fit_evaluator("demo:simpeval", "score", task="Simplify a sentence", n_boot=100)
+    out = tmp_path_factory.mktemp("report")
+    return res, write_reports(res, out)
+
+
+def test_markdown_has_every_part(written):
+    res, paths = written
+    md = paths["markdown"].read_text()
+    assert "Held-out (test): τ =" in md and "95% CI" in md
+    for f in res.evaluator.features:
+        assert f"`{f['feature']}`" in md
+    assert "#### Metric Details" in md  # cards of selected metrics, headings demoted
+    assert "## Warnings" in md
+    assert render_markdown(res) == md
+
+
+def test_html_is_self_contained(written):
+    _, paths = written
+    page = paths["html"].read_text()
+    assert "<svg" in page and "Held-out Kendall" in page
+    # no external resources of any kind: works offline, no CDN
+    assert not re.search(r"""(src|href)\s*=\s*["']?(https?:)?//""", page)
+    assert "<script" not in page
+
+
+def test_warnings_appear_for_small_data(tmp_path):
+    import pandas as pd
+
+    df = pd.read_csv(__import__("autometrics").evaluators.data.builtin_dataset_path("simpeval")).head(40)
+    res = fit_evaluator(df, "score", n_boot=50)
+    md = render_markdown(res)
+    assert "only 40 labelled examples" in md
+    assert "more candidate metrics" in md
+
+
+@pytest.mark.browser
+def test_html_renders_in_headless_chromium(written, tmp_path):
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    if not chromium:
+        pytest.skip("chromium not installed (apt-get install chromium); .ci/run installs it")
+    _, paths = written
+    common = [
+        chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--no-first-run",
+        "--disable-component-update", "--disable-sync", f"--user-data-dir={tmp_path / 'profile'}",
+    ]
+    dom = subprocess.run([*common, "--dump-dom", paths["html"].as_uri()], capture_output=True, text=True, timeout=120)
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    assert 'id="heldout-tau"' in dom.stdout and "<svg" in dom.stdout and 'id="selected"' in dom.stdout
+    shot = tmp_path / "report.png"
+    subprocess.run([*common, "--window-size=1200,1600", f"--screenshot={shot}", paths["html"].as_uri()], capture_output=True, timeout=120)
+    assert shot.exists() and shot.stat().st_size > 20_000  # a blank page compresses to a few KB
+    # the page is not blank: a good share of pixels differ from the background colour
+    data = shot.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
