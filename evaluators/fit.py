@@ -42,6 +42,23 @@ SCORE_COLUMN = "autometrics_score"
 MIN_LABELS_FOR_CONFIDENCE = 80  # below this the paper's own results become noisy (Section 4.6)
 
 
+# Metric classes outside MetricBank that an artifact may name (generated LLM judges).  Only
+# these are imported: an artifact never makes us import arbitrary code.
+_FACTORIES = {"autometrics.evaluators.judges:LLMJudgeMetric"}
+
+
+def _metric_from_spec(spec: dict) -> Metric:
+    factory = spec.get("factory")
+    if not factory:
+        return metric_from_spec(spec)
+    if factory not in _FACTORIES:
+        raise ValueError(f"evaluator names an unknown metric factory {factory!r}")
+    import importlib
+
+    module, cls = factory.split(":")
+    return getattr(importlib.import_module(module), cls)(**spec.get("params", {}))
+
+
 def _progress(iterable, *, total: int, desc: str, enabled: bool):
     if not enabled:
         return iterable
@@ -167,7 +184,7 @@ class Evaluator:
         for f in self.features:
             spec = f["metric"]
             if spec["signature"] not in seen:
-                seen[spec["signature"]] = metric_from_spec(spec)
+                seen[spec["signature"]] = _metric_from_spec(spec)
         return list(seen.values())
 
     def score_texts(self, outputs, inputs=None, references=None, *, progress: bool = False) -> pd.DataFrame:
@@ -200,7 +217,7 @@ class Evaluator:
             id_col=columns.get("id_col", cols.get("id", "id")),
             require_target=False,
         )
-        needs_ref = any(metric_from_spec(f["metric"]).needs_reference for f in self.features)
+        needs_ref = any(_metric_from_spec(f["metric"]).needs_reference for f in self.features)
         if needs_ref and not ds.has_references:
             raise DataError(
                 f"{ds.source}: this evaluator uses reference-based metrics but the data has no reference column; "

@@ -83,10 +83,11 @@ def render_markdown(result: FitResult) -> str:
     cand = result.candidates.assign(_abs=result.candidates["tau_train"].abs()).sort_values("_abs", ascending=False, na_position="last")
     for r in cand.itertuples():
         lines.append(f"| `{r.feature}` | {_f(r.tau_train)} | {_f(r.tau_test)} | {_f(r.stage1_weight)} | {'✔' if r.selected else ''} |")
+    lines += llm_markdown(a)
     lines += ["", "## Metric Cards of the selected metrics", ""]
     for name in dict.fromkeys(f["metric"]["name"] for f in a["features"]):
         # demote the card's headings two levels so they nest under this section
-        lines += [re.sub(r"^(#+)", r"##\1", _card_markdown(name), flags=re.M), ""]
+        lines += [re.sub(r"^(#+)", r"##\1", _card_for(a, name), flags=re.M), ""]
     return "\n".join(lines) + "\n"
 
 
@@ -219,12 +220,74 @@ def render_html(result: FitResult) -> str:
             f"<td class='n'>{_f(r.stage1_weight)}</td><td class='n'>{r.missing}</td><td>{'✔' if r.selected else ''}</td></tr>"
         )
     out.append("</table></details>")
+    if a.get("llm"):
+        out.append(markdown.markdown("\n".join(llm_markdown(a, level=2)), extensions=["tables", "fenced_code"]))
     out.append("<h2>Metric Cards of the selected metrics</h2>")
     for name in dict.fromkeys(f["metric"]["name"] for f in a["features"]):
-        body = markdown.markdown(_card_markdown(name), extensions=["tables", "fenced_code"])
+        body = markdown.markdown(_card_for(a, name), extensions=["tables", "fenced_code"])
         out.append(f"<details class='card'><summary>{e(name)}</summary>{body}</details>")
     out.append("</main></body></html>")
     return "\n".join(out)
+
+
+# ------------------------------------------------------- full AutoMetrics (LLM) additions
+
+
+def _card_for(a: dict, name: str) -> str:
+    """A generated judge's card comes from the artifact; MetricBank's from the bank."""
+    for g in a.get("generated") or []:
+        if g["feature"] == name:
+            return g["card"]
+    return _card_markdown(name)
+
+
+def llm_markdown(a: dict, level: int = 2) -> list[str]:
+    """Sections for a full AutoMetrics fit: generated judges (criterion, rubric, τ, weight,
+    example rationales), retrieval, and LLM calls/tokens per stage.  Empty for an LLM-free fit."""
+    if not a.get("llm"):
+        return []
+    h = "#" * level
+    weights = {f["feature"]: f["weight"] for f in a["features"]}
+    llm = a["llm"]
+    lines = ["", f"{h} Generated judges ({len(a.get('generated') or [])})", "",
+             f"Generator: `{llm['generator']['model']}`; judge: `{llm['judge']['model']}`.", "",
+             "| judge | kind | criterion | τ train | τ test | weight | missing |", "|---|---|---|---:|---:|---:|---:|"]
+    for g in a.get("generated") or []:
+        w = weights.get(g["feature"])
+        lines.append(f"| `{g['feature']}` | {g['kind']} | {g['criterion']} | {_f(g.get('tau_train'))} | {_f(g.get('tau_test'))} | "
+                     f"{'' if w is None else f'{w:+.4f}'} | {g.get('missing', '–')} |")
+    for g in a.get("generated") or []:
+        spec = g["spec"]
+        lines += ["", f"{h}# `{g['feature']}`{' (selected)' if g.get('selected') else ''}", "",
+                  f"**{spec['criterion']}** — {spec.get('description') or ''}"]
+        if spec.get("rubric"):
+            lines += ["", "Rubric:", ""] + [f"- **{k}**: {v}" for k, v in sorted(spec["rubric"].items())]
+        if spec.get("demonstrations"):
+            lines += ["", f"Demonstrations: {len(spec['demonstrations'])} (scores "
+                      + ", ".join(str(d['score']) for d in spec["demonstrations"]) + ")"]
+        if spec.get("instructions"):
+            lines += ["", f"Instructions: {spec['instructions']}"]
+        for r in g.get("rationales") or []:
+            lines += ["", f"> human {r['human']:.3g}, judge {r['score']:.2f} — *{(r.get('rationale') or '(no rationale)').strip()}*"]
+    ret = a.get("retrieval")
+    if ret:
+        lines += ["", f"{h} Retrieval", "", f"Kept {len(ret['names'])} metrics{' (LLM re-ranked)' if ret.get('reranked') else ''}: "
+                  + ", ".join(f"`{n}`" for n in ret["names"])]
+    multi = llm.get("multi_vs_single")
+    if multi:
+        cs, cm = multi["cost_single_estimated"], multi["cost_multi"]
+        lines += ["", f"{h} One call per criterion vs all criteria in one call ({multi['rows']} training rows)", "",
+                  "| mode | requests | prompt tok | completion tok | s |", "|---|---:|---:|---:|---:|",
+                  f"| per criterion | {cs['requests']} | {cs['prompt_tokens']} | {cs['completion_tokens']} | {cs['seconds']} |",
+                  f"| one call | {cm['requests']} | {cm['prompt_tokens']} | {cm['completion_tokens']} | {round(cm['seconds'], 1)} |",
+                  "", "| criterion | τ per-criterion | τ one-call | missing (one-call) |", "|---|---:|---:|---:|"]
+        lines += [f"| `{c['feature']}` | {_f(c['tau_single'])} | {_f(c['tau_multi'])} | {c['missing_multi']} |" for c in multi["criteria"]]
+    lines += ["", f"{h} LLM calls", "", "| stage | requests | cache hits | calls | retries | failed | unparsed | prompt tok | completion tok | s |",
+              "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for stage, u in llm["usage"].items():
+        lines.append(f"| {stage} | {u['requests']} | {u['cache_hits']} | {u['calls']} | {u['retries']} | {u['failures']} | "
+                     f"{u['parse_failures']} | {u['prompt_tokens']} | {u['completion_tokens']} | {u['seconds']} |")
+    return lines
 
 
 def write_reports(result: FitResult, out_dir) -> dict[str, Path]:

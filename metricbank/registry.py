@@ -48,6 +48,12 @@ _METRIC_MODULES = (
     "parent",
     "diversity",
     "signals",
+    # model-based metrics (torch/transformers/fasttext imported lazily, inside the metrics)
+    "embedding",
+    "lm",
+    "distribution",
+    "classifiers",
+    "fasttext_metrics",
 )
 _loaded = False
 

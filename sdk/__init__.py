@@ -12,7 +12,24 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-__all__ = ["__version__", "fit_evaluator", "load_evaluator", "load_dataset", "Evaluator"]
+__all__ = [
+    "__version__",
+    "fit_evaluator",
+    "load_evaluator",
+    "load_dataset",
+    "Evaluator",
+    # capture (autometrics.capture; needs the `observe` extra)
+    "configure",
+    "observe",
+    "current_trace_id",
+    "current_span_id",
+    "update_current_span",
+    "feedback",
+    "flush",
+    "shutdown",
+]
+
+_OBSERVE_NAMES = frozenset(__all__[__all__.index("configure"):]) | {"stats", "training_frame"}
 
 
 def __getattr__(name: str):
@@ -21,6 +38,11 @@ def __getattr__(name: str):
         from .evaluators import fit as _fit
 
         return getattr(_fit, name)
+    if name in _OBSERVE_NAMES:
+        # OpenTelemetry loads only when capture is first used
+        from . import capture as _capture
+
+        return getattr(_capture, name)
     if name == "load_dataset":
         from .evaluators.data import load_dataset
 

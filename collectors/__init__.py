@@ -1,0 +1,1 @@
+"""Collectors: spans and feedback into the trace store (see issue 4)."""

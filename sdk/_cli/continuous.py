@@ -1,0 +1,251 @@
+"""CLI commands of continuous evaluation: ``worker``, ``refit``, ``versions``, ``dashboard``, ``demo``.
+
+  autometrics worker --target NAME [--store URL] [--project P] [--task TEXT] [--refit-interval S]
+                     [--min-new-feedback N] [--poll S] [--score-interval S] [--dashboard PATH]
+                     [--langfuse auto|on|off] [--no-llm] [--once] [--run-for S]
+  autometrics refit --target NAME [--store URL] [--project P] [--force] [--no-llm]
+  autometrics versions list|show N [--out DIR]|compare A B|rollback N  --target NAME [--store URL] [--project P]
+  autometrics dashboard --target NAME [--store URL] [--project P] [--out PATH] [--serve] [--port 8765]
+  autometrics demo [--no-llm] [--out DIR] [--serve] [--port 8765]
+
+Kept out of main.py so the continuous-evaluation commands evolve without touching the others.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+__all__ = ["add_commands", "HANDLERS"]
+
+
+def _common(p: argparse.ArgumentParser, *, target_required: bool = True) -> None:
+    p.add_argument("--store", default=None, help="trace store URL (default: $AUTOMETRICS_STORE_URL, else SQLite in the user data dir)")
+    p.add_argument("--project", default=None, help="project (default: $AUTOMETRICS_PROJECT, else 'default')")
+    p.add_argument("--target", required=target_required, help="feedback name the evaluator predicts (e.g. thumbs, stars)")
+
+
+def _fit_opts(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--task", default=None, help="task description (default: $AUTOMETRICS_TASK)")
+    p.add_argument("--no-llm", action="store_true", help="LLM-free fit (MetricBank + PLS) even when an LLM is available")
+    p.add_argument("--min-feedback", type=int, default=30, help="no fit below this many labelled traces (default 30)")
+    p.add_argument("--holdout", type=float, default=0.3, help="fraction of the newest feedback held out for champion/challenger")
+    p.add_argument("--n-boot", type=int, default=1000, help="bootstrap resamples (CIs and the paired comparison)")
+    p.add_argument("--metrics", default=None, help="comma-separated MetricBank names (default: every reference-free metric)")
+
+
+def add_commands(subparsers) -> None:
+    """Register the commands on ``autometrics``' sub-parsers."""
+    w = subparsers.add_parser("worker", help="continuous evaluation service: scheduled refits, online scoring, drift, dashboard")
+    _common(w)
+    _fit_opts(w)
+    w.add_argument("--refit-interval", type=float, default=3600.0, help="refit every S seconds when there is new feedback (0: off)")
+    w.add_argument("--min-new-feedback", type=int, default=50, help="also refit as soon as N new feedback points arrived (0: off)")
+    w.add_argument("--poll", type=float, default=30.0, help="how often the new-feedback trigger checks (seconds)")
+    w.add_argument("--score-interval", type=float, default=60.0, help="score new traces every S seconds")
+    w.add_argument("--batch-size", type=int, default=256, help="traces per scoring batch")
+    w.add_argument("--settle-seconds", type=float, default=5.0, help="leave traces younger than this for the next round")
+    w.add_argument("--dashboard", default=None, help="dashboard HTML to rewrite after each job (default: beside a SQLite store)")
+    w.add_argument("--langfuse", choices=["auto", "on", "off"], default="auto", help="push scores/warnings to Langfuse")
+    w.add_argument("--once", action="store_true", help="run refit (if due), scoring, drift and dashboard once, then exit")
+    w.add_argument("--run-for", type=float, default=None, help="stop after S seconds (default: until SIGINT/SIGTERM)")
+    w.add_argument("--no-jobstore", action="store_true", help="keep APScheduler jobs in memory instead of the store's database")
+
+    r = subparsers.add_parser("refit", help="refit now: fit a challenger and promote it only if it beats the champion")
+    _common(r)
+    _fit_opts(r)
+    r.add_argument("--force", action="store_true", help="refit even without new feedback")
+
+    v = subparsers.add_parser("versions", help="list, show, compare and roll back evaluator versions")
+    vs = v.add_subparsers(dest="versions_command")
+    vl = vs.add_parser("list", help="every version with its status, held-out tau, CI, p-value and n")
+    _common(vl)
+    vl.add_argument("--json", action="store_true")
+    vsh = vs.add_parser("show", help="a version's statistics; --out writes its evaluator.json and report.md")
+    _common(vsh)
+    vsh.add_argument("number", type=int, metavar="N")  # not "version": that dest is autometrics --version
+    vsh.add_argument("--out", default=None)
+    vc = vs.add_parser("compare", help="two versions on the newest held-out feedback (paired bootstrap of the tau difference)")
+    _common(vc)
+    vc.add_argument("a", type=int)
+    vc.add_argument("b", type=int)
+    vc.add_argument("--holdout", type=float, default=0.3)
+    vc.add_argument("--n-boot", type=int, default=1000)
+    vr = vs.add_parser("rollback", help="make version N the champion again")
+    _common(vr)
+    vr.add_argument("number", type=int, metavar="N")
+
+    d = subparsers.add_parser("dashboard", help="write the built-in dashboard (static HTML), or serve it on 127.0.0.1")
+    _common(d)
+    d.add_argument("--out", default=None, help="HTML file (default: beside a SQLite store)")
+    d.add_argument("--serve", action="store_true", help="serve it (re-rendered on each request) until Ctrl-C")
+    d.add_argument("--host", default="127.0.0.1")
+    d.add_argument("--port", type=int, default=8765)
+
+    m = subparsers.add_parser("demo", help="the whole loop on built-in data: traces, feedback, refits, online scoring, dashboard")
+    m.add_argument("--no-llm", action="store_true", help="LLM-free fit (MetricBank + PLS)")
+    m.add_argument("--out", default="autometrics-demo", help="folder for the demo's trace store and dashboard")
+    m.add_argument("--seed", type=int, default=0)
+    m.add_argument("--n-boot", type=int, default=500)
+    m.add_argument("--serve", action="store_true", help="serve the dashboard on 127.0.0.1 afterwards until Ctrl-C")
+    m.add_argument("--port", type=int, default=8765)
+
+
+def _monitor(args, **over):
+    import os
+
+    from ..collectors.continuous import Monitor, MonitorConfig
+
+    cfg = MonitorConfig(target=args.target, project=args.project or os.environ.get("AUTOMETRICS_PROJECT") or "default",
+                        task=getattr(args, "task", None) or os.environ.get("AUTOMETRICS_TASK"))
+    if hasattr(args, "no_llm"):
+        cfg.llm_config = None if args.no_llm else "auto"
+        cfg.min_feedback = args.min_feedback
+        cfg.holdout_fraction = args.holdout
+        cfg.n_boot = args.n_boot
+        cfg.metrics = [x.strip() for x in args.metrics.split(",")] if args.metrics else None
+    for k, val in over.items():
+        setattr(cfg, k, val)
+    return Monitor(args.store, cfg)
+
+
+def _fmt_stats(s: dict) -> str:
+    if not s or s.get("tau") is None:
+        return f"tau undefined (n={s.get('n') if s else 0})"
+    return (f"tau {s['tau']:.3f} [{s['ci_low'] if s['ci_low'] is None else format(s['ci_low'], '.3f')}, "
+            f"{s['ci_high'] if s['ci_high'] is None else format(s['ci_high'], '.3f')}] p={s['p_value']:.2g} n={s['n']}")
+
+
+def cmd_worker(args) -> int:
+    from ..collectors.worker import Worker, WorkerOptions, dashboard_default
+
+    mon = _monitor(args, batch_size=args.batch_size, settle_seconds=args.settle_seconds)
+    opts = WorkerOptions(refit_interval=args.refit_interval or None, min_new_feedback=args.min_new_feedback or None, poll=args.poll,
+                         score_interval=args.score_interval, langfuse=args.langfuse, jobstore=not args.no_jobstore)
+    opts.dashboard = args.dashboard or str(dashboard_default(mon.store))
+    w = Worker(mon.store, mon.cfg, opts)
+    print(f"worker: {mon.store!r}, project {mon.cfg.project!r}, target {mon.cfg.target!r}; dashboard {opts.dashboard}", flush=True)
+    if args.once:
+        out = w.run_once()
+        print(out["refit"])
+        print(f"scored {out.get('scored', 0)} traces; {len(out.get('alerts') or [])} new alert(s)")
+        return 0
+    w.start(blocking=True, run_for=args.run_for)
+    return 0
+
+
+def cmd_refit(args) -> int:
+    mon = _monitor(args)
+    out = mon.refit(force=args.force)
+    print(out)
+    return 0 if out.outcome in ("promoted", "rejected", "skipped") else 1
+
+
+def cmd_versions(args) -> int:
+    if not args.versions_command:
+        print("usage: autometrics versions {list,show,compare,rollback} --target NAME", file=sys.stderr)
+        return 2
+    mon = _monitor(args)
+    if args.versions_command == "list":
+        vs = mon.versions()
+        if args.json:
+            print(json.dumps([{k: v for k, v in x.items() if k != "statistics"} | {"heldout": (x["statistics"].get("holdout") or {})}
+                              for x in vs], default=str, indent=1))
+            return 0
+        if not vs:
+            print(f"no evaluator versions for target {mon.cfg.target!r} in project {mon.cfg.project!r}")
+            return 0
+        print(f"{'ver':>4}  {'status':<9} {'method':<16} {'n':>5}  held-out (newest feedback)                    reason")
+        for x in vs:
+            h = (x["statistics"].get("holdout") or {}).get("challenger") or {}
+            print(f"{'v' + str(x['version']):>4}  {x['status']:<9} {x['method'] or '':<16} {x['n_feedback'] or 0:>5}  "
+                  f"{_fmt_stats(h):<45} {x['reason'] or ''}")
+        return 0
+    if args.versions_command == "show":
+        x = mon.version(args.number)
+        st = x["statistics"]
+        print(f"v{x['version']} ({x['status']}, {x['method']}): {x['reason']}")
+        print(f"  held-out on newest feedback: {_fmt_stats((st.get('holdout') or {}).get('challenger') or {})}")
+        print(f"  fit-time test split:         {_fmt_stats((st.get('fit') or {}).get('test') or {})}")
+        for f in x["artifact"]["features"]:
+            print(f"  {f['feature']:<28} weight {f['weight']:+.4f}")
+        for w in st.get("warnings") or []:
+            print(f"  warning: {w}")
+        if args.out:
+            from pathlib import Path
+
+            from ..evaluators.fit import Evaluator
+
+            out = Path(args.out)
+            Evaluator(x["artifact"]).save(out / "evaluator.json")
+            with mon.store.engine.connect() as conn:
+                import sqlalchemy as sa
+
+                from ..collectors.store import evaluator_versions as ev
+
+                report = conn.execute(sa.select(ev.c.report).where(ev.c.id == x["id"])).scalar()
+            (out / "report.md").write_text(report or "", encoding="utf-8")
+            print(f"  wrote {out / 'evaluator.json'}, {out / 'report.md'}")
+        return 0
+    if args.versions_command == "compare":
+        from ..evaluators.fit import Evaluator
+        from ..evaluators.refit import compare, holdout_predictions, newest_holdout
+
+        a, b = mon.version(args.a), mon.version(args.b)
+        frame = mon.labelled_frame()
+        _, hold_pos = newest_holdout(frame, args.holdout)
+        hold = frame.iloc[hold_pos]
+        y = hold[mon.cfg.target].to_numpy(dtype=float)
+        cmp = compare(holdout_predictions(Evaluator(b["artifact"]), hold), holdout_predictions(Evaluator(a["artifact"]), hold), y,
+                      n_boot=args.n_boot)
+        print(f"on the newest {cmp.n} held-out feedback points of {mon.cfg.target!r}:")
+        print(f"  v{a['version']} ({a['status']}): {_fmt_stats(cmp.champion)}")
+        print(f"  v{b['version']} ({b['status']}): {_fmt_stats(cmp.challenger)}")
+        if cmp.delta is not None and cmp.ci_low is not None:
+            verdict = ("better" if cmp.ci_low > 0 else "worse" if cmp.ci_high < 0 else "not different beyond noise")
+            print(f"  tau(v{b['version']}) - tau(v{a['version']}) = {cmp.delta:+.3f}, 95% CI [{cmp.ci_low:+.3f}, {cmp.ci_high:+.3f}]: "
+                  f"v{b['version']} is {verdict}")
+        print("  (these feedback points may overlap either version's training data; the stored held-out figures do not)")
+        return 0
+    if args.versions_command == "rollback":
+        x = mon.rollback(args.number)
+        print(f"v{x['version']} is the champion again")
+        return 0
+    return 2
+
+
+def cmd_dashboard(args) -> int:
+    from ..collectors.worker import dashboard_default
+
+    mon = _monitor(args)
+    if args.serve:
+        from ..dashboards.server import DashboardServer
+
+        srv = DashboardServer(mon, host=args.host, port=args.port)
+        print(f"serving the dashboard on {srv.url} (Ctrl-C to stop)", flush=True)
+        srv.serve_forever()
+        return 0
+    from ..dashboards.render import write_dashboard
+
+    path = write_dashboard(mon, args.out or dashboard_default(mon.store))
+    print(f"wrote {path}\nopen {path.resolve().as_uri()}")
+    return 0
+
+
+def cmd_demo(args) -> int:
+    from ..demo import DEMO_PROJECT, TARGET, run_demo
+
+    res = run_demo(args.out, no_llm=args.no_llm, seed=args.seed, n_boot=args.n_boot)
+    if args.serve:
+        from ..collectors.continuous import Monitor, MonitorConfig
+        from ..dashboards.server import DashboardServer
+
+        mon = Monitor(f"sqlite:///{res['store']}", MonitorConfig(target=TARGET, project=DEMO_PROJECT))
+        srv = DashboardServer(mon, port=args.port, title="AutoMetrics demo (SimpEval)")
+        print(f"serving the dashboard on {srv.url} (Ctrl-C to stop)", flush=True)
+        srv.serve_forever()
+    return 0
+
+
+HANDLERS = {"worker": cmd_worker, "refit": cmd_refit, "versions": cmd_versions, "dashboard": cmd_dashboard, "demo": cmd_demo}

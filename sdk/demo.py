@@ -1,0 +1,174 @@
+"""``autometrics demo``: the whole continuous-evaluation loop on a fresh machine, no keys.
+
+A small example application (a sentence simplifier, decorated with ``@autometrics.observe``)
+replays the built-in SimpEval dataset: its "model" answers with the system outputs recorded in
+the dataset, so no LLM is needed to produce traffic.  The demo then
+
+1. replays a first batch of requests and records the human ratings as feedback, refits -> v1;
+2. replays a second labelled batch, refits -> v2, which becomes champion only if it beats v1 on
+   the newest held-out feedback beyond noise (else it is kept as a rejected candidate);
+3. replays the remaining requests without feedback and scores them online with the champion;
+4. records late feedback for part of them and checks drift and live validity;
+5. pushes scores to Langfuse when ``LANGFUSE_*`` keys are set, writes the dashboard and prints
+   where to open it.
+
+Everything goes through the same code as production: ``@observe`` spans and ``feedback()`` into
+a SQLite trace store, :class:`~autometrics.collectors.continuous.Monitor` jobs under the refit
+lock, the dashboard renderer.  About a minute on 2 CPU cores with ``--no-llm``.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+__all__ = ["run_demo", "DEMO_TASK", "DEMO_PROJECT"]
+
+DEMO_TASK = "Simplify a complex English sentence while keeping its meaning"
+DEMO_PROJECT = "demo-simpeval"
+TARGET = "score"
+
+
+def _say(quiet: bool, msg: str) -> None:
+    if not quiet:
+        print(msg, flush=True)
+
+
+def choose_llm(no_llm: bool) -> tuple[object, str]:
+    """(llm_config or None, note): the LLM path only when importable and a model is installed."""
+    if no_llm:
+        return None, "LLM-free fit (--no-llm): MetricBank metrics + PLS"
+    from .evaluators.refit import llm_pipeline_status
+
+    ok, why = llm_pipeline_status("embedded")
+    if ok:
+        return "embedded", f"LLM pipeline: {why}"
+    return None, f"note: no local LLM available ({why}); running the LLM-free fit instead (same as --no-llm)"
+
+
+class DemoApp:
+    """The example application: answers by replaying SimpEval's recorded system outputs.
+
+    ``simplify(sentence, system)`` is the request handler (records no content itself, it only
+    returns the answer and the trace id for later feedback); the nested ``model.generate`` span
+    records the sentence as input and the simplification as output, like an LLM call would.
+    """
+
+    def __init__(self, rows):
+        import autometrics
+
+        self._answers = {(r.input, r.system): r.output for r in rows.itertuples()}
+        self._system = None
+
+        @autometrics.observe(name="model.generate", operation="chat")
+        def generate(sentence: str) -> str:
+            autometrics.update_current_span(model=self._system)
+            return self._answers[(sentence, self._system)]
+
+        @autometrics.observe(name="simplify", capture_input=False, capture_output=False)
+        def simplify(sentence: str, system: str) -> dict:
+            self._system = system
+            return {"simplified": generate(sentence), "trace_id": autometrics.current_trace_id()}
+
+        self.simplify = simplify
+
+
+def run_demo(out_dir="autometrics-demo", *, no_llm: bool = False, seed: int = 0, n_boot: int = 500, quiet: bool = False,
+             first: int = 120, second: int = 100, late: int = 80) -> dict:
+    """Run the demo into ``out_dir`` (its trace store and dashboard are replaced); returns a summary."""
+    import autometrics
+    import pandas as pd
+    from autometrics import capture
+
+    from .collectors.continuous import Monitor, MonitorConfig
+    from .collectors.store import TraceStore
+    from .dashboards.render import write_dashboard
+    from .evaluators.data import builtin_dataset_path
+
+    started = time.perf_counter()
+    out = Path(out_dir).expanduser().resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    db = out / "traces.db"
+    for suffix in ("", "-wal", "-shm", ".refit.lock"):
+        p = Path(str(db) + suffix)
+        if p.exists():
+            p.unlink()
+    llm_config, note = choose_llm(no_llm)
+    _say(quiet, note)
+
+    rows = pd.read_csv(builtin_dataset_path("simpeval")).sample(frac=1.0, random_state=seed).reset_index(drop=True)
+    n = len(rows)
+    first, second = min(first, n // 3), min(second, n // 3)
+    store = TraceStore(f"sqlite:///{db}")
+    capture.configure(store=store, store_url=store.url, project=DEMO_PROJECT, task=DEMO_TASK, flush_interval=0.2,
+                      langfuse=os.environ.get("AUTOMETRICS_LANGFUSE", "auto"))
+    app = DemoApp(rows)
+    monitor = Monitor(store, MonitorConfig(target=TARGET, project=DEMO_PROJECT, task=DEMO_TASK, llm_config=llm_config,
+                                           n_boot=n_boot, seed=seed, settle_seconds=0.0, min_feedback=30))
+    summary: dict = {"out": str(out), "store": str(db), "llm": llm_config is not None, "steps": []}
+
+    def replay(part, with_feedback: bool) -> list[str]:
+        ids = []
+        for r in part.itertuples():
+            res = app.simplify(r.input, r.system)
+            ids.append(res["trace_id"])
+            if with_feedback:
+                autometrics.feedback(res["trace_id"], TARGET, float(r.score), kind="numeric", source="simpeval-annotators")
+        capture.flush(30.0)
+        return ids
+
+    def step(label, fn):
+        t = time.perf_counter()
+        res = fn()
+        secs = time.perf_counter() - t
+        summary["steps"].append({"step": label, "seconds": round(secs, 2), "result": str(res)})
+        _say(quiet, f"[{secs:5.1f}s] {label}: {res}")
+        return res
+
+    a, b, c = rows.iloc[:first], rows.iloc[first:first + second], rows.iloc[first + second:]
+    step(f"replayed {len(a)} requests with human ratings", lambda: f"{len(replay(a, True))} traces + feedback")
+    r1 = step("refit #1", lambda: monitor.refit(force=True))
+    step(f"replayed {len(b)} more requests with human ratings", lambda: f"{len(replay(b, True))} traces + feedback")
+    r2 = step("refit #2 (challenger vs champion)", lambda: monitor.refit())
+    c_ids: list[str] = []
+    step(f"replayed {len(c)} requests without ratings", lambda: f"{len(c_ids.extend(replay(c, False)) or c_ids)} traces")
+    step("online scoring", lambda: f"{monitor.score_new()} traces scored by the champion")
+    late_rows = c.head(late)
+    late_ids = c_ids[:late]
+
+    def late_feedback():
+        for tid, r in zip(late_ids, late_rows.itertuples(), strict=True):
+            autometrics.feedback(tid, TARGET, float(r.score), kind="numeric", source="simpeval-annotators")
+        capture.flush(30.0)
+        return f"{len(late_ids)} late ratings recorded"
+
+    step("late feedback on scored traces", late_feedback)
+    alerts = step("drift and live-validity check", lambda: monitor.check_drift() or "no new alerts")
+    from .dashboards.langfuse_push import langfuse_configured
+
+    if langfuse_configured():
+        def push():
+            from .dashboards.langfuse_push import LangfusePush, push_pending
+
+            p = LangfusePush()
+            res = push_pending(monitor, p)
+            p.flush(20.0)
+            p.shutdown(5.0)
+            return res
+
+        step("pushed to Langfuse", push)
+    capture.shutdown(10.0)
+    dash = write_dashboard(monitor, out / "dashboard.html", title="AutoMetrics demo (SimpEval)")
+    ch = monitor.champion()
+    hold = ((ch or {}).get("statistics", {}).get("holdout") or {}).get("challenger") or {}
+    summary.update(dashboard=str(dash), refits=[str(r1), str(r2)], alerts=alerts, champion=ch["version"] if ch else None,
+                   heldout=hold, seconds=round(time.perf_counter() - started, 1))
+    if ch:
+        _say(quiet, f"champion: v{ch['version']} — held-out Kendall tau {hold.get('tau', float('nan')):.3f} "
+                    f"(95% CI {hold.get('ci_low', float('nan')):.3f} .. {hold.get('ci_high', float('nan')):.3f}, "
+                    f"p = {hold.get('p_value', float('nan')):.2g}, n = {hold.get('n')})")
+    _say(quiet, f"done in {summary['seconds']:.0f}s. Open the dashboard: {dash.as_uri()}")
+    _say(quiet, f"  (or serve it: autometrics dashboard --store sqlite:///{db} --project {DEMO_PROJECT} --target {TARGET} --serve)")
+    store.dispose()
+    return summary

@@ -1,0 +1,144 @@
+"""An OpenAI-compatible chat-completions test server (stdlib, 127.0.0.1) with fault injection.
+
+``FakeLLMServer(plan=[...])`` answers request n with ``plan[n]`` while the plan lasts, then with
+``default``.  Modes: ``ok``, ``429``, ``500``, ``timeout`` (sleeps past the client timeout),
+``malformed`` (a body that is not JSON), ``truncated`` (finish_reason=length, half a word, no
+logprobs), ``garbage`` (a reply that is not a score), ``badjson`` (``{"score": "high"``).
+
+``ok`` replies are deterministic: judge prompts (max_tokens=1) get logprobs whose expected
+value is 1 + (number of words in the judged output) % 5 ... or a callable ``judge(text)``;
+generator prompts get criteria / rubric lines, in DSPy's field format when DSPy asked.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+
+def _default_judge(output: str) -> int:
+    return 1 + len(output.split()) % 5
+
+
+class FakeLLMServer:
+    def __init__(self, plan=None, default="ok", judge=_default_judge, delay=0.0, timeout_sleep=3.0):
+        self.plan = list(plan or [])
+        self.default = default
+        self.judge = judge
+        self.delay = delay
+        self.timeout_sleep = timeout_sleep
+        self.requests: list[dict] = []
+        self.modes: list[str] = []
+        self._lock = threading.Lock()
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *a):
+                pass
+
+            def do_GET(self):
+                body = json.dumps({"data": [{"id": "fake"}]}).encode()
+                self.send_response(200)
+                self.send_header("content-type", "application/json")
+                self.send_header("content-length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def do_POST(self):
+                n = int(self.headers.get("content-length", 0))
+                req = json.loads(self.rfile.read(n))
+                with server._lock:
+                    k = len(server.requests)
+                    server.requests.append(req)
+                    mode = server.plan[k] if k < len(server.plan) else server.default
+                    server.modes.append(mode)
+                if server.delay:
+                    time.sleep(server.delay)
+                if mode in ("429", "500"):
+                    body = b'{"error": "injected"}'
+                    self.send_response(int(mode))
+                    if mode == "429":
+                        self.send_header("retry-after", "0")
+                elif mode == "timeout":
+                    time.sleep(server.timeout_sleep)
+                    body = b"{}"
+                    self.send_response(200)
+                elif mode == "malformed":
+                    body = b'{"choices": [{"message": {"content": "4"'
+                    self.send_response(200)
+                else:
+                    body = json.dumps(server.reply(req, mode)).encode()
+                    self.send_response(200)
+                self.send_header("content-type", "application/json")
+                self.send_header("content-length", str(len(body)))
+                self.end_headers()
+                try:
+                    self.wfile.write(body)
+                except OSError:
+                    pass
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+    # ------------------------------------------------------------------ replies
+    def reply(self, req: dict, mode: str) -> dict:
+        msgs = req["messages"]
+        user = msgs[-1]["content"]
+        logprobs = None
+        finish = "stop"
+        if mode == "truncated":
+            text, finish = "Th", "length"
+        elif mode == "garbage":
+            text = "I cannot rate that."
+        elif mode == "badjson":
+            text = '{"score": "high"'
+        elif req.get("max_tokens") == 1 and req.get("logprobs"):
+            m = re.search(r"Output:\n(.*?)\n\nCriterion:", user, flags=re.S)
+            s = self.judge(m.group(1) if m else user)
+            text = str(s)
+            alts = [{"token": str(s), "logprob": math.log(0.7)}]
+            for d in (s - 1, s + 1):
+                if 1 <= d <= 5:
+                    alts.append({"token": str(d), "logprob": math.log(0.12)})
+            alts.append({"token": " ", "logprob": math.log(0.01)})
+            logprobs = {"content": [{"token": text, "logprob": math.log(0.7), "top_logprobs": alts}]}
+            finish = "length"
+        elif "response_format" in req and "c1" in json.dumps(req["response_format"]):
+            keys = re.findall(r'"(c\d+)"', json.dumps(req["response_format"]["schema"] if "schema" in req["response_format"] else req["response_format"]))
+            text = json.dumps({k: 3 for k in dict.fromkeys(keys)})
+        elif '"score"' in user and "JSON" in user:
+            text = '{"score": 4}'
+        elif "[[ ## criteria ## ]]" in user or "[[ ## criteria ## ]]" in msgs[0]["content"]:
+            text = ("[[ ## criteria ## ]]\nConciseness: the output is short and to the point\n"
+                    "Meaning preservation: the output keeps the meaning of the input\n"
+                    "Fluency: the output is grammatical and natural\n\n[[ ## completed ## ]]")
+        elif "level_1" in user or "level_1" in msgs[0]["content"]:
+            text = "".join(f"[[ ## level_{i} ## ]]\nLevel {i} description.\n\n" for i in range(1, 6)) + "[[ ## completed ## ]]"
+        elif "[[ ## score ## ]]" in user or "[[ ## score ## ]]" in msgs[0]["content"]:
+            text = "[[ ## score ## ]]\n3\n\n[[ ## completed ## ]]"
+        elif "explain" in user.lower():
+            text = "The output is concise and keeps the meaning."
+        else:
+            text = "Conciseness: short\nFluency: natural"
+        choice = {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": finish}
+        if logprobs:
+            choice["logprobs"] = logprobs
+        return {"id": "x", "object": "chat.completion", "model": req.get("model"), "choices": [choice],
+                "usage": {"prompt_tokens": len(json.dumps(msgs)) // 4, "completion_tokens": max(1, len(text) // 4)}}

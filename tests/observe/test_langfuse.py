@@ -1,0 +1,121 @@
+"""Langfuse export with the real langfuse 5.x SDK against the loopback Langfuse test double
+(tests/observe/langfuse_double.py; no Langfuse server can run here)."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import time
+
+import pytest
+
+langfuse = pytest.importorskip("langfuse")
+
+
+def _wait(pred, timeout=10.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if pred():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_sdk_exports_spans_and_scores_without_touching_app_tracing(capture, langfuse_double, sqlite_url):
+    from opentelemetry import trace
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    assert langfuse.__version__.split(".")[0] >= "5"
+    app_exporter = InMemorySpanExporter()
+    app_provider = TracerProvider()
+    app_provider.add_span_processor(SimpleSpanProcessor(app_exporter))
+    app_tracer = app_provider.get_tracer("app")
+    processors_before = list(app_provider._active_span_processor._span_processors)
+    global_before = trace.get_tracer_provider()
+
+    capture.configure(store_url=sqlite_url, project="lf", langfuse="auto")
+    assert capture._runtime.langfuse is not None
+
+    @capture.observe(model="gpt-4o-mini", operation="chat")
+    def llm(q):
+        capture.update_current_span(input_tokens=5, output_tokens=7)
+        return "answer:" + q
+
+    @capture.observe
+    def handle(q):
+        return llm(q), capture.current_trace_id()
+
+    with app_tracer.start_as_current_span("app-request"):
+        out, tid = handle("hi")
+    assert out == "answer:hi"
+    capture.feedback(tid, "user_feedback", True, comment="thumbs up")
+    capture.feedback(tid, "stars", 4, kind="likert")
+    capture.feedback(tid, "label", "good", kind="categorical")
+    capture.feedback(tid, "fix", "a better answer", kind="correction")
+    assert capture.flush(15)
+    assert _wait(lambda: len(langfuse_double.spans) >= 2 and len(langfuse_double.scores) >= 4), (langfuse_double.errors, capture.stats())
+    assert not langfuse_double.errors, langfuse_double.errors
+
+    spans = {s["name"]: s for s in langfuse_double.spans}
+    assert set(spans) == {"llm", "handle"}  # ours only: the app's span is not sent to Langfuse
+    assert spans["llm"]["trace_id"] == tid and spans["llm"]["parent_span_id"] == spans["handle"]["span_id"]
+    a = spans["llm"]["attributes"]
+    assert a["gen_ai.request.model"] == "gpt-4o-mini" and a["gen_ai.usage.input_tokens"] == 5
+    assert json.loads(a["gen_ai.input.messages"])[0]["parts"][0]["content"] == "hi"
+    assert spans["llm"]["scope"] == "autometrics" and spans["llm"]["resource"]["service.name"] == "lf"
+
+    by_name = {s["name"]: s for s in langfuse_double.scores}
+    assert by_name["user_feedback"]["dataType"] == "BOOLEAN" and by_name["user_feedback"]["value"] == 1.0
+    assert by_name["user_feedback"]["traceId"] == tid and by_name["user_feedback"]["comment"] == "thumbs up"
+    assert (by_name["stars"]["dataType"], by_name["stars"]["value"]) == ("NUMERIC", 4.0)
+    assert (by_name["label"]["dataType"], by_name["label"]["value"]) == ("CATEGORICAL", "good")
+    assert by_name["fix"]["dataType"] == "CORRECTION"
+
+    # the application's tracing is unaffected: same global provider, no processor added, its
+    # exporter saw only its own span
+    assert trace.get_tracer_provider() is global_before
+    assert list(app_provider._active_span_processor._span_processors) == processors_before
+    assert [s.name for s in app_exporter.get_finished_spans()] == ["app-request"]
+    # and the local store has everything too
+    from autometrics.collectors.store import TraceStore
+
+    assert TraceStore(sqlite_url).count("spans") == 2
+
+
+def test_langfuse_off_and_missing_keys(capture, sqlite_url, monkeypatch):
+    capture.configure(store_url=sqlite_url, langfuse="on")  # no LANGFUSE_* keys: warned, off
+    assert capture._runtime.langfuse is None
+    monkeypatch.setenv("LANGFUSE_PUBLIC_KEY", "pk")
+    monkeypatch.setenv("LANGFUSE_SECRET_KEY", "sk")
+    capture.configure(store_url=sqlite_url, langfuse="off")
+    assert capture._runtime.langfuse is None
+
+
+def test_collector_forwards_otlp_and_feedback_to_langfuse(langfuse_double, tmp_path):
+    from autometrics.collectors.server import CollectorServer
+
+    from .test_collector import _otlp_request, _post
+
+    srv = CollectorServer(f"sqlite:///{tmp_path / 'c.db'}", port=0, api_keys=["k"], langfuse="auto").start()
+    try:
+        assert srv.langfuse is not None
+        hdr = {"Authorization": "Bearer k"}
+        code, _, _ = _post(srv.url, "/v1/traces", _otlp_request(5).SerializeToString(), {**hdr, "Content-Type": "application/x-protobuf"})
+        assert code == 200
+        tid = "01" * 8 + "00" * 7 + "00"
+        code, _, _ = _post(srv.url, "/v1/feedback", json.dumps({"trace_id": tid, "name": "thumbs", "value": False}).encode(), hdr)
+        assert code == 200
+        assert srv.langfuse.flush(10)
+        assert _wait(lambda: len(langfuse_double.spans) == 5 and len(langfuse_double.scores) == 1), langfuse_double.errors
+        assert not langfuse_double.errors
+        assert langfuse_double.scores[0]["dataType"] == "BOOLEAN" and langfuse_double.scores[0]["value"] == 0.0
+        assert {s["attributes"]["gen_ai.request.model"] for s in langfuse_double.spans} == {"gpt-4o"}
+        c = http.client.HTTPConnection(*srv.httpd.server_address[:2], timeout=5)
+        c.request("GET", "/health")
+        h = json.loads(c.getresponse().read())
+        assert h["langfuse"]["otlp_requests_forwarded"] == 1
+        assert langfuse_double.secret_key not in json.dumps(h)
+    finally:
+        srv.stop()
