@@ -24,7 +24,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from .data import load_dataset
-from .fit import MIN_LABELS_FOR_CONFIDENCE, Evaluator, FitResult, _clean, fit_evaluator, score_metrics
+from .fit import MIN_LABELS_FOR_CONFIDENCE, Evaluator, _clean, fit_evaluator, score_metrics
 from .generate import PAPER_COUNTS, GeneratorCounts, generate_judges
 from .judges import LLMJudgeMetric, bind_client, prefetch_row_major, score_multi, unbind_clients
 from .llm import LLMCache, LLMClient, LLMConfig, Usage, estimate_tokens
@@ -129,7 +129,7 @@ def fit_autometrics(
     inputs = lab.inputs if lab.has_input else [""] * n_lab
     outputs = lab.outputs
     if dry_run:
-        avg = float(np.mean([len(i or "") + len(o or "") for i, o in zip(inputs, outputs)])) if n_lab else 0.0
+        avg = float(np.mean([len(i or "") + len(o or "") for i, o in zip(inputs, outputs, strict=False)])) if n_lab else 0.0
         return estimate_plan(n_lab, len(train_pos), avg, opts, bank_used=bank_used)
 
     gen, judge = _clients(opts)
@@ -144,7 +144,7 @@ def fit_autometrics(
         )
         notes += gen_notes
         judges = [LLMJudgeMetric.from_spec(s, judge.config, feature=f, mode=opts.judge_mode)
-                  for s, f in zip(specs, _unique_features(specs))]
+                  for s, f in zip(specs, _unique_features(specs), strict=False)]
         for j in judges:
             j.client = judge
         echo(f"[{target}] {len(judges)} generated judges: " + ", ".join(j.name for j in judges))
@@ -203,7 +203,7 @@ def fit_autometrics(
                     texts = j.rationales([outputs[r] for r in rows], [inputs[r] for r in rows])
                     entry["rationales"] = [{"id": str(lab.frame["id"].iloc[r]), "human": float(y[r]),
                                             "score": float(X[j.name].iloc[r]), "output": outputs[r][:300], "rationale": t}
-                                           for r, t in zip(rows, texts)]
+                                           for r, t in zip(rows, texts, strict=False)]
             generated.append(entry)
 
         multi = None

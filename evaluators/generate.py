@@ -76,6 +76,9 @@ def _parse_criteria(text: str) -> list[tuple[str, str]]:
         m = _LINE.match(line)
         if m:
             name, desc = m.group(1).strip(" *\"'`"), m.group(2).strip(" *\"'`")
+            # small models echo the format hint back ("Name: what a high score means"): not a criterion
+            if name.lower() in {"name", "criterion", "criteria", "description"} or "what a high score means" in desc.lower():
+                continue
             if 1 <= len(name.split()) <= 8:
                 out.append((name, desc))
     return out
@@ -223,7 +226,7 @@ def example_judge(task, target, inputs, outputs, y, counts: GeneratorCounts, jud
     q = quintile_scores(y)
     n = len(y)
     best, best_tau, tried = None, -math.inf, []
-    for s in range(max(1, counts.example_sets)):
+    for _s in range(max(1, counts.example_sets)):
         demo_idx = []
         for level in range(1, 6):
             pool = np.flatnonzero(q == level)

@@ -281,14 +281,14 @@ class LLMJudgeMetric(Metric):
         lo, hi = self.spec.scale_min, self.spec.scale_max
         if self._use_logprobs():
             return [{"messages": judge_messages(self.spec, o, i), "max_tokens": 1, "logprobs": True, "top_logprobs": 10}
-                    for o, i in zip(outputs, inputs)]
+                    for o, i in zip(outputs, inputs, strict=False)]
         return [{"messages": judge_messages(self.spec, o, i, mode="json"), "max_tokens": 16, "json_schema": _score_schema(lo, hi)}
-                for o, i in zip(outputs, inputs)]
+                for o, i in zip(outputs, inputs, strict=False)]
 
     def _compute(self, outputs, inputs, references):
         stage = f"score:{self.spec.kind}"
-        if self._prefetched and all((o, i) in self._prefetched for o, i in zip(outputs, inputs)):
-            replies = [self._prefetched[(o, i)] for o, i in zip(outputs, inputs)]
+        if self._prefetched and all((o, i) in self._prefetched for o, i in zip(outputs, inputs, strict=False)):
+            replies = [self._prefetched[(o, i)] for o, i in zip(outputs, inputs, strict=False)]
         else:
             replies = self.client.chat_many(self.requests(outputs, inputs), stage=stage)
         self._prefetched = {}
@@ -309,7 +309,7 @@ class LLMJudgeMetric(Metric):
     def rationales(self, outputs, inputs, *, max_tokens: int = 96) -> list[str | None]:
         """The judge's explanation for each example (kept as feedback in the report)."""
         reqs = [{"messages": judge_messages(self.spec, o, i, mode="rationale"), "max_tokens": max_tokens}
-                for o, i in zip(outputs, inputs)]
+                for o, i in zip(outputs, inputs, strict=False)]
         return [r.text.strip() if r.ok and r.text else None for r in self.client.chat_many(reqs, stage="rationales")]
 
 
@@ -324,7 +324,7 @@ def prefetch_row_major(judges: list[LLMJudgeMetric], outputs, inputs) -> None:
     inputs = [norm(i) for i in (inputs or [""] * len(outputs))]
     outputs = [norm(o) for o in outputs]
     jobs = []
-    for o, i in zip(outputs, inputs):
+    for o, i in zip(outputs, inputs, strict=False):
         for j in judges:
             jobs.append((j, o, i, j.requests([o], [i])[0]))
     if not jobs:
@@ -355,10 +355,10 @@ def score_multi(specs: list[JudgeSpec], client: LLMClient, outputs, inputs, *, s
     hi = max(s.scale_max for s in specs)
     schema = {"type": "object", "properties": {k: {"type": "integer", "minimum": lo, "maximum": hi} for k in keys},
               "required": keys, "additionalProperties": False}
-    crit = "\n".join(f"{k}: {s.criterion} — {s.description}" for k, s in zip(keys, specs))
+    crit = "\n".join(f"{k}: {s.criterion} — {s.description}" for k, s in zip(keys, specs, strict=False))
     task = specs[0].task if specs else None
     reqs = []
-    for o, i in zip(outputs, inputs):
+    for o, i in zip(outputs, inputs, strict=False):
         parts = ([f"Task: {task}"] if task else []) + ([f"Input:\n{_clip(i)}"] if i else []) + [f"Output:\n{_clip(o)}"]
         parts.append(f"Rate the output from {lo} (worst) to {hi} (best) on each criterion:\n{crit}")
         parts.append("Reply with JSON: {" + ", ".join(f'"{k}": <integer>' for k in keys) + "}")
@@ -375,7 +375,7 @@ def score_multi(specs: list[JudgeSpec], client: LLMClient, outputs, inputs, *, s
         if not isinstance(obj, dict):
             unparsed += 1 if r.ok else 0
             continue
-        for k, s in zip(keys, specs):
+        for k, s in zip(keys, specs, strict=False):
             v = obj.get(k)
             if isinstance(v, (int, float)) and not isinstance(v, bool) and s.scale_min <= v <= s.scale_max:
                 out[s.feature_name][n] = float(v)

@@ -92,7 +92,7 @@ def install_model(size: str = "1.5b", *, find_links: str | None = None, pip: boo
     if dest.exists():
         echo(f"{info['title']} already installed at {dest}")
         return dest
-    missing = [pkg for pkg, mod in zip(info["packages"], info["modules"]) if importlib.util.find_spec(mod) is None]
+    missing = [pkg for pkg, mod in zip(info["packages"], info["modules"], strict=False) if importlib.util.find_spec(mod) is None]
     if missing:
         if not pip:
             raise LocalLLMUnavailable(f"model parts not installed: {', '.join(missing)}")

@@ -93,8 +93,8 @@ def _dense_rank(query: str, docs: list[Document]) -> list[int]:
 
 
 def _rerank(query: str, docs: list[Document], order: list[int], client, depth: int) -> dict[int, float]:
-    from .llm import LLMResponse  # noqa: F401  (type only)
     from .judges import read_score
+    from .llm import LLMResponse  # noqa: F401  (type only)
 
     head = order[:depth]
     reqs = []
@@ -107,7 +107,7 @@ def _rerank(query: str, docs: list[Document], order: list[int], client, depth: i
                                         "from 1 (useless) to 5 (very useful)? Answer with a single digit."}],
             "max_tokens": 1, "logprobs": True, "top_logprobs": 10})
     out = {}
-    for i, r in zip(head, client.chat_many(reqs, stage="retrieve:rerank")):
+    for i, r in zip(head, client.chat_many(reqs, stage="retrieve:rerank"), strict=False):
         s, _ = read_score(r, 1, 5)
         out[i] = s
     return out

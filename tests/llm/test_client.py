@@ -6,7 +6,6 @@ import math
 import os
 
 import pytest
-
 from autometrics.evaluators.judges import JudgeSpec, LLMJudgeMetric, read_score
 from autometrics.evaluators.llm import LLMCache, LLMClient, LLMConfig
 

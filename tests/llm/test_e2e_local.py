@@ -8,7 +8,6 @@ import time
 
 import pandas as pd
 import pytest
-
 from autometrics.evaluators import local_llm
 
 pytestmark = pytest.mark.llm
@@ -43,7 +42,8 @@ def test_e2e_fit_real_local_llm(local_server, datasets_dir, tmp_path, monkeypatc
     monkeypatch.setenv("AUTOMETRICS_LLM_CACHE", str(tmp_path / "cache.sqlite"))
     df = pd.read_csv(datasets_dir / "simpeval.csv").sample(20, random_state=0).reset_index(drop=True)
     counts = GeneratorCounts(n_single=2, n_rubric=1, n_example=1, n_optimized=0, example_sets=1, example_eval_rows=4)
-    opts = AutoMetricsOptions(llm=f"openai/local@{local_server.api_base}", counts=counts, rationales=1, timeout=120)
+    opts = AutoMetricsOptions(llm=f"openai/local@{local_server.api_base}", counts=counts, rationales=1, timeout=120,
+                               concurrency=1)
     t0 = time.perf_counter()
     res = fit_autometrics(df, "score", task="Simplify a complex English sentence while keeping its meaning",
                           options=opts, n_boot=200, top_n=3)

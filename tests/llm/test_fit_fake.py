@@ -8,7 +8,6 @@ import json
 import numpy as np
 import pandas as pd
 import pytest
-
 from autometrics.evaluators.autometrics import AutoMetricsOptions, fit_autometrics
 from autometrics.evaluators.fit import Evaluator
 from autometrics.evaluators.generate import QUICK_COUNTS, GeneratorCounts

@@ -5,8 +5,14 @@ from __future__ import annotations
 import math
 
 import pytest
-
-from autometrics.evaluators.retrieve import Document, bank_documents, evaluate_retrieval, ndcg_at_k, recall_at_k, retrieve
+from autometrics.evaluators.retrieve import (
+    Document,
+    bank_documents,
+    evaluate_retrieval,
+    ndcg_at_k,
+    recall_at_k,
+    retrieve,
+)
 
 
 def test_bm25_finds_task_relevant_cards():
