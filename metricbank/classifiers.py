@@ -425,8 +425,20 @@ class SummaQA(ModelMetric):
         for sent in _text.split_sentences(source):
             ents = [e.text for e in ner(sent).ents] if ner is not None else capitalized_entities(sent)
             for ent in ents:
-                qs.append((sent.replace(ent, self.MASK, 1), ent))
+                qs.append((self._window(sent.replace(ent, self.MASK, 1)), ent))
         return qs
+
+    #: words kept on each side of the mask, so that a run-on source "sentence" cannot fill
+    #: the QA model's window (which would leave no room for the output)
+    QUESTION_CONTEXT_WORDS: ClassVar[int] = 40
+
+    def _window(self, question: str) -> str:
+        words = question.split()
+        if len(words) <= 2 * self.QUESTION_CONTEXT_WORDS + 1:
+            return question
+        at = next((k for k, w in enumerate(words) if self.MASK in w), 0)
+        lo = max(0, at - self.QUESTION_CONTEXT_WORDS)
+        return " ".join(words[lo : at + self.QUESTION_CONTEXT_WORDS + 1])
 
     def answer(self, questions: list[str], contexts: list[str]) -> tuple[list[str], np.ndarray]:
         tok, model, _ = self.model()

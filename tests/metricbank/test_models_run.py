@@ -317,6 +317,11 @@ def test_summaqa_masks_entities_and_answers_from_the_output(standin):
     src = "The talks in Paris with Angela Merkel lasted 3 hours. Officials from Berlin attended."
     assert [a for _, a in m.questions(src, None)] == ["Paris", "Angela Merkel", "3", "Berlin"]
     res = m.score_all(["Merkel met officials in Paris for 3 hours.", ""], inputs=[src, src])
+    # a run-on source sentence longer than the QA window still leaves room for the output
+    long_src = " ".join(["word"] * 600) + " in Paris " + " ".join(["word"] * 600) + "."
+    q = m.questions(long_src, None)
+    assert len(q) == 1 and len(q[0][0].split()) <= 81
+    assert np.isfinite(m.score(["Paris"], inputs=[long_src])).all()
     for v in res.values():
         assert np.isfinite(v).all() and (v >= 0).all() and (v <= 1).all()
 

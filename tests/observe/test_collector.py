@@ -14,6 +14,8 @@ import threading
 
 import pytest
 
+from autometrics.collectors.store import SCHEMA_VERSION
+
 KEY = {"Authorization": "Bearer test-key"}
 
 
@@ -116,7 +118,7 @@ def test_auth_limits_and_health(collector):
     c.request("GET", "/health")
     r = c.getresponse()
     h = json.loads(r.read())
-    assert r.status == 200 and h["status"] == "ok" and h["schema_version"] == 2 and h["counters"]["http_401"] == 2
+    assert r.status == 200 and h["status"] == "ok" and h["schema_version"] == SCHEMA_VERSION and h["counters"]["http_401"] == 2
     assert "test-key" not in json.dumps(h)
 
 
