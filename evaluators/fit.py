@@ -285,9 +285,10 @@ def fit_evaluator(
     warnings = list(ds.warnings)
     info = ds.labels[target]
 
+    unavailable: dict[str, str] = {}
     if features is None:
         if metrics is None:
-            bank = default_metrics(with_reference=lab.has_references, with_input=lab.has_input)
+            bank = default_metrics(with_reference=lab.has_references, with_input=lab.has_input, unavailable=unavailable)
         else:
             bank = [get_metric(m) if isinstance(m, str) else m for m in metrics]
         X, meta, notes = score_metrics(
@@ -421,6 +422,8 @@ def fit_evaluator(
             "n_test": len(test_pos),
         },
         "warnings": warnings,
+        # MetricBank metrics that could not run in this environment (e.g. model weights absent)
+        "unavailable_metrics": unavailable,
         "fit_seconds": round(time.perf_counter() - started, 2),
     }
     evaluator = Evaluator(_clean(artifact))

@@ -84,6 +84,9 @@ def render_markdown(result: FitResult) -> str:
     for r in cand.itertuples():
         lines.append(f"| `{r.feature}` | {_f(r.tau_train)} | {_f(r.tau_test)} | {_f(r.stage1_weight)} | {'✔' if r.selected else ''} |")
     lines += llm_markdown(a)
+    if a.get("unavailable_metrics"):
+        lines += ["", f"MetricBank metrics that could not run here (skipped): {', '.join(a['unavailable_metrics'])} "
+                  "(reasons: `autometrics bank list`)."]
     lines += ["", "## Metric Cards of the selected metrics", ""]
     for name in dict.fromkeys(f["metric"]["name"] for f in a["features"]):
         # demote the card's headings two levels so they nest under this section
@@ -220,6 +223,13 @@ def render_html(result: FitResult) -> str:
             f"<td class='n'>{_f(r.stage1_weight)}</td><td class='n'>{r.missing}</td><td>{'✔' if r.selected else ''}</td></tr>"
         )
     out.append("</table></details>")
+    if a.get("unavailable_metrics"):
+        un = a["unavailable_metrics"]
+        out.append(
+            f"<details id='unavailable'><summary>{len(un)} MetricBank metrics could not run here (skipped)</summary><ul>"
+            + "".join(f"<li><code>{e(k)}</code>: {e(v)}</li>" for k, v in un.items())
+            + "</ul></details>"
+        )
     if a.get("llm"):
         out.append(markdown.markdown("\n".join(llm_markdown(a, level=2)), extensions=["tables", "fenced_code"]))
     out.append("<h2>Metric Cards of the selected metrics</h2>")

@@ -105,8 +105,14 @@ def metric_from_spec(spec: dict) -> Metric:
     return get_metric(spec["name"], **spec.get("params", {}))
 
 
-def default_metrics(*, with_reference: bool = True, with_input: bool = True) -> list[Metric]:
-    """One instance of every registered metric that the data can feed and that runs here."""
+def default_metrics(
+    *, with_reference: bool = True, with_input: bool = True, unavailable: dict[str, str] | None = None
+) -> list[Metric]:
+    """One instance of every registered metric that the data can feed and that runs here.
+
+    Pass a dict as ``unavailable`` to collect ``{name: reason}`` for the metrics that cannot run
+    here (missing weights or packages), so callers can report them.
+    """
     out = []
     for name in list_metrics():
         cls = _REGISTRY[name]
@@ -117,7 +123,9 @@ def default_metrics(*, with_reference: bool = True, with_input: bool = True) -> 
         m = cls()
         try:
             m.check_available()
-        except MetricUnavailable:
+        except MetricUnavailable as exc:
+            if unavailable is not None:
+                unavailable[name] = str(exc)
             continue
         out.append(m)
     return out

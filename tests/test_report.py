@@ -39,6 +39,18 @@ def test_html_is_self_contained(written):
     assert "<script" not in page
 
 
+def test_unavailable_bank_metrics_are_listed_not_fatal(written):
+    res, paths = written
+    un = res.evaluator.artifact["unavailable_metrics"]
+    # model-based metrics without local weights are skipped with their reason, never a crash
+    if not un:
+        pytest.skip("every MetricBank metric can run in this environment")
+    name, reason = next(iter(un.items()))
+    assert reason.strip()
+    assert name not in {f["metric"]["name"] for f in res.evaluator.features}
+    assert "id='unavailable'" in paths["html"].read_text()
+
+
 def test_warnings_appear_for_small_data(tmp_path):
     import pandas as pd
 
