@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import os
+import uuid
 from pathlib import Path
 
 import pytest
@@ -15,3 +16,33 @@ def datasets_dir() -> Path:
     if not (DATASETS / "simpeval.csv").exists():
         pytest.skip(f"shared datasets not found at {DATASETS} (set AUTOMETRICS_SHARED)")
     return DATASETS
+
+
+# ---- trace stores: SQLite always, Postgres when .ci/postgres.sh exported its URL -------------
+PG_URL = os.environ.get("AUTOMETRICS_TEST_POSTGRES_URL")
+
+
+def fresh_pg_database() -> str:
+    """A new, empty database on the test cluster (each test starts from schema v0)."""
+    import sqlalchemy as sa
+
+    name = "t_" + uuid.uuid4().hex[:12]
+    eng = sa.create_engine(PG_URL, isolation_level="AUTOCOMMIT")
+    with eng.connect() as c:
+        c.execute(sa.text(f"CREATE DATABASE {name}"))
+    eng.dispose()
+    return str(sa.engine.make_url(PG_URL).set(database=name).render_as_string(hide_password=False))
+
+
+@pytest.fixture
+def sqlite_url(tmp_path) -> str:
+    return f"sqlite:///{tmp_path / 'traces.db'}"
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def store_url(request, tmp_path) -> str:
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'traces.db'}"
+    if not PG_URL:
+        pytest.skip("AUTOMETRICS_TEST_POSTGRES_URL not set (run `eval \"$(.ci/postgres.sh)\"`)")
+    return fresh_pg_database()

@@ -12,34 +12,6 @@ import pytest
 pytest.importorskip("sqlalchemy", reason="needs the `observe` extra")
 pytest.importorskip("apscheduler", reason="needs the `observe` extra")
 
-PG_URL = os.environ.get("AUTOMETRICS_TEST_POSTGRES_URL")
-
-
-def fresh_pg_database() -> str:
-    import sqlalchemy as sa
-
-    name = "c_" + uuid.uuid4().hex[:12]
-    eng = sa.create_engine(PG_URL, isolation_level="AUTOCOMMIT")
-    with eng.connect() as c:
-        c.execute(sa.text(f"CREATE DATABASE {name}"))
-    eng.dispose()
-    return str(sa.engine.make_url(PG_URL).set(database=name).render_as_string(hide_password=False))
-
-
-@pytest.fixture
-def sqlite_url(tmp_path) -> str:
-    return f"sqlite:///{tmp_path / 'traces.db'}"
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-def store_url(request, tmp_path) -> str:
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path / 'traces.db'}"
-    if not PG_URL:
-        pytest.skip("AUTOMETRICS_TEST_POSTGRES_URL not set (run `eval \"$(.ci/postgres.sh)\"`)")
-    return fresh_pg_database()
-
-
 @pytest.fixture(scope="session")
 def fitted_store(tmp_path_factory):
     """A SQLite store with 220 labelled SimpEval traces, one refit (v1 champion) and 140

@@ -12,35 +12,6 @@ import pytest
 pytest.importorskip("opentelemetry.sdk", reason="needs the `observe` extra")
 pytest.importorskip("sqlalchemy", reason="needs the `observe` extra")
 
-PG_URL = os.environ.get("AUTOMETRICS_TEST_POSTGRES_URL")
-
-
-def _fresh_pg_database() -> str:
-    """A new, empty database on the test cluster (each test starts from schema v0)."""
-    import sqlalchemy as sa
-
-    name = "t_" + uuid.uuid4().hex[:12]
-    eng = sa.create_engine(PG_URL, isolation_level="AUTOCOMMIT")
-    with eng.connect() as c:
-        c.execute(sa.text(f"CREATE DATABASE {name}"))
-    eng.dispose()
-    return str(sa.engine.make_url(PG_URL).set(database=name).render_as_string(hide_password=False))
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-def store_url(request, tmp_path) -> str:
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path / 'traces.db'}"
-    if not PG_URL:
-        pytest.skip("AUTOMETRICS_TEST_POSTGRES_URL not set (run `eval \"$(.ci/postgres.sh)\"`)")
-    return _fresh_pg_database()
-
-
-@pytest.fixture
-def sqlite_url(tmp_path) -> str:
-    return f"sqlite:///{tmp_path / 'traces.db'}"
-
-
 @pytest.fixture
 def capture(tmp_path, monkeypatch):
     """The SDK module with a clean environment; shut down after the test."""
