@@ -345,14 +345,17 @@ def load_dataset(
     group_col: str | None = None,
     require_target: bool = True,
     min_labelled: int = MIN_LABELLED,
+    source: str | None = None,
 ) -> Dataset:
     """Load and validate data for fitting (``require_target``) or scoring.
 
     ``reference_cols`` default: ``references`` (a JSON list per row) if present, else
     ``reference``, else no references.  Several columns may be given; a column may hold a
-    single string or a JSON list.
+    single string or a JSON list.  ``source`` names the data in error messages when a caller
+    has already read the file into a DataFrame (e.g. ``source="new.csv"``).
     """
-    frame, source = read_table(data)
+    frame, label = read_table(data)
+    source = source or label
     frame.columns = [str(c) for c in frame.columns]
     warnings: list[str] = []
 

@@ -28,7 +28,7 @@ import pandas as pd
 
 from .. import __version__
 from ..metricbank import Metric, MetricUnavailable, default_metrics, get_metric, metric_from_spec
-from .data import DataError, Dataset, load_dataset
+from .data import DataError, Dataset, load_dataset, read_table
 from .regression import PLSMetricSelector
 from .stats import Agreement, agreement, kendall_tau
 
@@ -208,14 +208,17 @@ class Evaluator:
         """Score a file or DataFrame laid out like the training data (column names as at fit time
         unless overridden); returns the rows plus ``autometrics_score`` and the metric columns."""
         cols = self.artifact.get("columns", {})
+        # read once: the validated texts and the rows returned to the caller come from one read
+        original, source = read_table(data)
         ds = load_dataset(
-            data,
+            original,
             None,
             input_col=columns.get("input_col") or cols.get("input") or "input",
             output_col=columns.get("output_col") or cols.get("output") or "output",
             reference_cols=columns.get("reference_cols") or cols.get("references") or None,
             id_col=columns.get("id_col", cols.get("id", "id")),
             require_target=False,
+            source=source,
         )
         needs_ref = any(_metric_from_spec(f["metric"]).needs_reference for f in self.features)
         if needs_ref and not ds.has_references:
@@ -224,9 +227,6 @@ class Evaluator:
                 "pass --reference-col naming it."
             )
         scores = self.score_texts(ds.outputs, ds.inputs if ds.has_input else None, ds.references, progress=progress)
-        from .data import read_table
-
-        original, _ = read_table(data)
         return pd.concat([original.reset_index(drop=True), scores], axis=1)
 
 
