@@ -36,6 +36,10 @@ __all__ = [
     "MODELS_DIR_ENV",
     "DEVICE_ENV",
     "Resources",
+    "ESTIMATE",
+    "REFERENCE_REPO",
+    "REFERENCE_METRICS_DIR",
+    "measured",
     "ModelMetric",
     "locate_model",
     "search_locations",
@@ -70,19 +74,56 @@ _PACKAGED = {
 }
 
 
+#: ``Resources.source`` of a figure we derived ourselves (no published measurement used)
+ESTIMATE = "our estimate from the parameter count and default batch size"
+#: the AutoMetrics reference implementation, whose metric classes carry measured ``gpu_mem`` /
+#: ``cpu_mem`` attributes (MB, from its ``autometrics/experiments/utilization`` benchmark)
+REFERENCE_REPO = "SALT-NLP/autometrics"
+#: folder of the reference implementation's metric classes
+REFERENCE_METRICS_DIR = "autometrics/metrics/"
+
+
+def measured(file: str, *, gpu_mb: float | None = None, cpu_mb: float | None = None, rest: str = ESTIMATE) -> str:
+    """``Resources.source`` text for figures taken from a metric class of the AutoMetrics
+    reference implementation: which repository file (``file`` is relative to
+    :data:`REFERENCE_METRICS_DIR`, e.g. ``"reference_based/BLEURT.py"``), which attribute and value
+    (MB), and where the figures that were not taken from it come from (``rest``)."""
+    taken = []
+    if gpu_mb is not None:
+        taken.append(f"GPU memory: gpu_mem = {gpu_mb:.0f} MB")
+    if cpu_mb is not None:
+        taken.append(f"RAM for a CPU-only run: cpu_mem = {cpu_mb:.0f} MB")
+    if not taken:
+        raise ValueError("measured() needs gpu_mb or cpu_mb")
+    text = f"{' and '.join(taken)} measured in {REFERENCE_REPO} `{REFERENCE_METRICS_DIR}{file}`"
+    if gpu_mb is None or cpu_mb is None:
+        text += f"; {'RAM for a CPU-only run' if cpu_mb is None else 'GPU memory'}: {rest}"
+    return text
+
+
 @dataclass(frozen=True)
 class Resources:
     """What a metric needs to be practical with its default model.
 
-    ``gpu_memory_gb`` / ``cpu_memory_gb`` are rough peak figures for inference with the default
-    batch size (weights in the dtype we load, plus activations); ``needs_gpu`` says the metric
-    is impractically slow on CPU for datasets of a few thousand rows.
+    ``gpu_memory_gb`` is the peak GPU memory when it runs on a GPU; ``cpu_memory_gb`` the peak
+    RAM when it runs on CPU only (both for inference with the default model and batch size);
+    ``needs_gpu`` says the metric is impractically slow on CPU for datasets of a few thousand
+    rows.  ``source`` says where the figures come from: a measurement published with the
+    AutoMetrics reference implementation (see :func:`measured`) or our own estimate and how it
+    was derived (:data:`ESTIMATE` by default).
     """
 
     params: str  # parameter count of the default model, e.g. "355M"
     gpu_memory_gb: float
     cpu_memory_gb: float
     needs_gpu: bool
+    source: str = ESTIMATE
+
+    @property
+    def is_estimate(self) -> bool:
+        """True when no figure is taken from a published measurement (estimates may still be
+        derived from one, and then say so)."""
+        return self.source.startswith("our estimate")
 
     def describe(self) -> str:
         gpu = "GPU needed" if self.needs_gpu else "CPU ok"

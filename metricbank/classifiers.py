@@ -19,7 +19,16 @@ from typing import ClassVar
 import numpy as np
 
 from . import _text
-from ._models import ModelMetric, Resources, batched, inference_mode, load_hf, load_tokenizer, search_locations
+from ._models import (
+    ModelMetric,
+    Resources,
+    batched,
+    inference_mode,
+    load_hf,
+    load_tokenizer,
+    measured,
+    search_locations,
+)
 from .base import MetricUnavailable
 from .registry import register
 
@@ -36,6 +45,11 @@ __all__ = [
     "LENS_SALSA",
     "label_index",
 ]
+
+_LENS_GPU = (
+    "our estimate from the parameter count and default batch size (the published gpu_mem is 0 MB: "
+    "that measurement ran the model on CPU)"
+)
 
 
 def label_index(config, wanted: tuple[str, ...], fallback: int | None = None) -> int:
@@ -84,7 +98,12 @@ class Toxicity(_SeqClassifier):
     higher_is_better = False
     description = "P(hate) from facebook/roberta-hate-speech-dynabench-r4-target (HF evaluate's toxicity model)."
     default_model = "facebook/roberta-hate-speech-dynabench-r4-target"
-    resources = Resources("125M", 1.0, 1.5, False)
+    resources = Resources(
+        "125M", 0.5, 1.5, False,
+        "our estimate: GPU memory as measured for Sentiment, a classifier of the same RoBERTa-base size "
+        "(gpu_mem = 485 MB in SALT-NLP/autometrics `autometrics/metrics/reference_free/Sentiment.py`); RAM for "
+        "a CPU-only run from the parameter count and default batch size",
+    )
     POSITIVE: ClassVar[tuple[str, ...]] = ("hate", "toxic", "toxicity")
 
     def __init__(self, *, model: str | None = None, **kw):
@@ -107,7 +126,7 @@ class Sentiment(_SeqClassifier):
     higher_is_better = True
     description = "P(positive) - P(negative) from cardiffnlp/twitter-roberta-base-sentiment-latest, in [-1, 1]."
     default_model = "cardiffnlp/twitter-roberta-base-sentiment-latest"
-    resources = Resources("125M", 1.0, 1.5, False)
+    resources = Resources("125M", 0.5, 1.5, False, measured("reference_free/Sentiment.py", gpu_mb=484.86))
 
     def __init__(self, *, model: str | None = None, **kw):
         super().__init__(model=model, **kw)
@@ -133,7 +152,7 @@ class FactCC(_SeqClassifier):
     needs_input = True
     description = "FactCC: P(consistent) of the output given the source document (BERT NLI-style classifier)."
     default_model = "manueldeprada/FactCC"
-    resources = Resources("110M", 1.0, 1.5, False)
+    resources = Resources("110M", 0.4, 1.5, False, measured("reference_free/FactCC.py", gpu_mb=426.86))
 
     def __init__(self, *, model: str | None = None, **kw):
         super().__init__(model=model, **kw)
@@ -153,7 +172,7 @@ class BLEURT(_SeqClassifier):
     needs_reference = True
     description = "BLEURT-20: learned regression score of (reference, output) pairs (~0 = unrelated, ~1 = equivalent)."
     default_model = "lucadiliello/BLEURT-20"
-    resources = Resources("579M", 3.0, 5.0, False)
+    resources = Resources("579M", 2.2, 5.0, False, measured("reference_based/BLEURT.py", gpu_mb=2205.54))
     default_batch_size = 16
 
     def __init__(self, *, model: str | None = None, **kw):
@@ -198,7 +217,6 @@ class _UniEval(ModelMetric):
     score is P(Yes) / (P(Yes) + P(No)) at the first decoder step."""
 
     default_batch_size = 8
-    resources = Resources("780M", 4.0, 5.0, False)
     MAX_LENGTH: ClassVar[int] = 1024
     #: dimensions scored sentence by sentence (averaged, or summed for engagingness)
     SENTENCE_LEVEL: ClassVar[dict[str, str]] = {}
@@ -263,6 +281,7 @@ class UniEvalSum(_UniEval):
     submetrics = ("coherence", "consistency", "fluency", "relevance", "overall")
     description = "UniEval-sum (T5 boolean QA): coherence, consistency, fluency, relevance in [0, 1], and their mean."
     default_model = "MingZhong/unieval-sum"
+    resources = Resources("780M", 3.1, 5.0, False, measured("reference_based/UniEvalSum.py", gpu_mb=3140.61))
     SENTENCE_LEVEL = {"consistency": "mean", "fluency": "mean"}
     DIMS: ClassVar[tuple[str, ...]] = ("coherence", "consistency", "fluency", "relevance")
 
@@ -302,6 +321,7 @@ class UniEvalDialogue(_UniEval):
     submetrics = ("naturalness", "coherence", "engagingness", "groundedness", "understandability", "overall")
     description = "UniEval-dialog (T5 boolean QA): naturalness, coherence, engagingness, groundedness, understandability, mean."
     default_model = "MingZhong/unieval-dialog"
+    resources = Resources("780M", 3.1, 5.0, False, measured("reference_based/UniEvalDialogue.py", gpu_mb=3140.61))
     SENTENCE_LEVEL = {"engagingness": "sum"}
     DIMS: ClassVar[tuple[str, ...]] = ("naturalness", "coherence", "engagingness", "groundedness", "understandability")
 
@@ -333,6 +353,7 @@ class UniEvalFact(_UniEval):
     needs_input = True
     description = "UniEval-fact (T5 boolean QA): mean P(consistent) of the output's sentences given the source."
     default_model = "MingZhong/unieval-fact"
+    resources = Resources("780M", 3.1, 5.0, False, measured("reference_free/UniEvalFact.py", gpu_mb=3140.61))
     SENTENCE_LEVEL = {"consistency": "mean"}
 
     def __init__(self, *, model: str | None = None, **kw):
@@ -391,7 +412,7 @@ class SummaQA(ModelMetric):
     submetrics = ("f1", "prob")
     description = "SummaQA: answer source-derived cloze questions (masked entities) from the output with a BERT QA model; F1 and confidence."
     default_model = "bert-large-uncased-whole-word-masking-finetuned-squad"
-    resources = Resources("335M", 2.0, 3.0, True)
+    resources = Resources("335M", 1.3, 3.0, True, measured("reference_free/SummaQA.py", gpu_mb=1283.38))
     default_batch_size = 16
     MASK: ClassVar[str] = "[MASK]"
     MAX_ANSWER_TOKENS: ClassVar[int] = 30
@@ -500,7 +521,6 @@ class _LensBase(ModelMetric):
 
     requires = ("torch", "lens")
     default_batch_size = 16
-    resources = Resources("355M", 3.0, 4.0, False)
 
     def model_path(self) -> Path:
         for loc in search_locations(self.model_name):
@@ -538,6 +558,7 @@ class LENS(_LensBase):
     needs_reference = True
     description = "LENS: learned text-simplification metric on (input, output, references), rescaled to about 0-100."
     default_model = "davidheineman/lens"
+    resources = Resources("355M", 3.0, 3.3, False, measured("reference_based/LENS.py", cpu_mb=3330.29, rest=_LENS_GPU))
 
     def __init__(self, *, model: str | None = None, rescale: bool = True, **kw):
         super().__init__(model=model, rescale=bool(rescale), **kw)
@@ -565,6 +586,7 @@ class LENS_SALSA(_LensBase):
     needs_input = True
     description = "LENS-SALSA: reference-free learned simplification quality of (input, output), about 0-100."
     default_model = "davidheineman/lens-salsa"
+    resources = Resources("355M", 3.0, 2.8, False, measured("reference_free/LENS_SALSA.py", cpu_mb=2909.67, rest=_LENS_GPU))
 
     def __init__(self, *, model: str | None = None, **kw):
         super().__init__(model=model, **kw)

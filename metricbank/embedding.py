@@ -22,7 +22,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from ._models import ModelMetric, Resources, batched, inference_mode, load_hf, load_tokenizer
+from ._models import ModelMetric, Resources, batched, inference_mode, load_hf, load_tokenizer, measured
 from .registry import register
 
 __all__ = [
@@ -211,7 +211,12 @@ class BERTScore(_EmbeddingMetric):
     description = "BERTScore P/R/F1: greedy cosine matching of RoBERTa-large (layer 17) token embeddings."
     default_model = "roberta-large"
     DEFAULT_LAYER = 17
-    resources = Resources("355M", 2.0, 3.0, False)
+    resources = Resources(
+        "355M", 2.0, 3.0, False,
+        "our estimate from the parameter count and default batch size (the gpu_mem = 8 MB published in "
+        "SALT-NLP/autometrics `autometrics/metrics/reference_based/BERTScore.py` is too small to hold "
+        "RoBERTa-large's weights, so it was not used)",
+    )
 
     def __init__(self, *, model: str | None = None, layer: int | None = None, idf: bool = False, **kw):
         if layer is None:
@@ -251,7 +256,7 @@ class MoverScore(_EmbeddingMetric):
     batch_dependent = True  # idf weights come from the batch's references and outputs
     description = "1 - Word Mover's Distance between idf-weighted contextual token embeddings (MoverScore v2)."
     default_model = "distilbert-base-uncased"
-    resources = Resources("66M", 1.0, 1.5, False)
+    resources = Resources("66M", 0.3, 1.5, False, measured("reference_based/MOVERScore.py", gpu_mb=262.36))
     signature_keys = {"model": "model", "idf": "idf", "remove_subwords": "nosub"}
 
     def __init__(self, *, model: str | None = None, idf: bool = True, remove_subwords: bool = True, **kw):
@@ -297,7 +302,6 @@ def mover_score(c: np.ndarray, wc: np.ndarray, r: np.ndarray, wr: np.ndarray) ->
 
 class _YiSiBase(_EmbeddingMetric):
     default_model = "bert-base-multilingual-cased"
-    resources = Resources("178M", 1.0, 1.5, False)
     batch_dependent = True  # idf weights from the batch's reference (or input) side
     DEFAULT_ALPHA: ClassVar[float] = 0.8
 
@@ -331,6 +335,8 @@ class YiSi(_YiSiBase):
     name = "YiSi"
     needs_reference = True
     description = "YiSi-1: idf-weighted embedding match of output vs reference, recall-weighted mean (alpha 0.8)."
+    # the reference implementation's class named YiSi scores output vs reference with this model
+    resources = Resources("178M", 0.7, 1.5, False, measured("reference_based/YiSi.py", gpu_mb=686.85))
 
     def _compute(self, outputs, inputs, references):
         return self._yisi(outputs, references)
@@ -344,6 +350,12 @@ class YiSi2(_YiSiBase):
     name = "YiSi-2"
     needs_input = True
     description = "YiSi-2: idf-weighted embedding match of output vs the input (reference-free)."
+    resources = Resources(
+        "178M", 0.7, 1.5, False,
+        "our estimate: GPU memory as measured for YiSi, the same computation with the same model against the "
+        "reference (gpu_mem = 687 MB in SALT-NLP/autometrics `autometrics/metrics/reference_based/YiSi.py`); RAM "
+        "for a CPU-only run from the parameter count and default batch size",
+    )
 
     def _compute(self, outputs, inputs, references):
         return self._yisi(outputs, [[i] for i in inputs])
@@ -351,7 +363,11 @@ class YiSi2(_YiSiBase):
 
 class _ParaScoreBase(_EmbeddingMetric):
     default_model = "roberta-large"
-    resources = Resources("355M", 2.0, 3.0, False)
+    resources = Resources(
+        "355M", 2.0, 3.0, False,
+        "our estimate from the parameter count and default batch size (SALT-NLP/autometrics measured its "
+        "ParaScore and ParaScoreFree with bert-base-uncased, not roberta-large, so those figures do not apply)",
+    )
     DEFAULT_LAYER = 17
     DEFAULT_OMEGA: ClassVar[float] = 0.05
     DEFAULT_GAMMA: ClassVar[float] = 0.35

@@ -16,7 +16,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from ._models import ModelMetric, Resources
+from ._models import ModelMetric, Resources, measured
 from .base import MetricUnavailable
 from .registry import register
 
@@ -34,7 +34,11 @@ def fasttext_probabilities(model, text: str) -> dict[str, float]:
 
 class _FastTextMetric(ModelMetric):
     requires = ("fasttext",)
-    resources = Resources("fastText", 0.0, 1.0, False)
+    resources = Resources(
+        "fastText", 0.0, 1.0, False,
+        "our estimate: no GPU (fastText runs on CPU only); RAM about the size of the model file plus the Python "
+        "process (no measurement for this model was found in the reference implementation)",
+    )
     default_batch_size = 1024
 
     def _load(self, path: Path, device: str):
@@ -86,6 +90,7 @@ class FastTextNSFW(_FastTextMetric):
     model_file = "jigsaw_fasttext_bigrams_nsfw_final.bin"
     how_to_get = f"download {_DOLMA}jigsaw_fasttext_bigrams_nsfw_final.bin on a machine with internet access and copy it to $AUTOMETRICS_MODELS_DIR/"
     LABELS = ("nsfw", "non-nsfw")
+    resources = Resources("fastText", 0.0, 1.7, False, measured("reference_free/FastTextNSFW.py", gpu_mb=0.0, cpu_mb=1709.96))
 
     def __init__(self, *, model: str | None = None, **kw):
         super().__init__(model=model, **kw)
@@ -105,6 +110,12 @@ class FastTextToxicity(_FastTextMetric):
     model_file = "jigsaw_fasttext_bigrams_hatespeech_final.bin"
     how_to_get = f"download {_DOLMA}jigsaw_fasttext_bigrams_hatespeech_final.bin on a machine with internet access and copy it to $AUTOMETRICS_MODELS_DIR/"
     LABELS = ("toxic", "non-toxic")
+    resources = Resources(
+        "fastText", 0.0, 1.7, False,
+        "our estimate: no GPU (fastText runs on CPU only); RAM as measured for FastTextNSFW, a classifier from the "
+        "same Dolma Jigsaw bigram release (cpu_mem = 1710 MB in SALT-NLP/autometrics "
+        "`autometrics/metrics/reference_free/FastTextNSFW.py`)",
+    )
 
     def __init__(self, *, model: str | None = None, **kw):
         super().__init__(model=model, **kw)

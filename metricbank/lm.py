@@ -17,7 +17,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from . import _text
-from ._models import ModelMetric, Resources, batched, inference_mode, load_hf, load_tokenizer
+from ._models import ModelMetric, Resources, batched, inference_mode, load_hf, load_tokenizer, measured
 from .base import MetricUnavailable
 from .registry import register
 
@@ -70,7 +70,7 @@ class Perplexity(ModelMetric):
     higher_is_better = False
     description = "Perplexity of the output under GPT-2 large: exp(mean token NLL), lower is more fluent/predictable."
     default_model = "gpt2-large"
-    resources = Resources("774M", 4.0, 4.0, False)
+    resources = Resources("774M", 3.0, 4.0, False, measured("reference_free/Perplexity.py", gpu_mb=3069.44))
     default_batch_size = 8
     #: longest scored sequence (GPT-2's context); longer outputs are truncated
     MAX_LENGTH: ClassVar[int] = 1024
@@ -120,7 +120,7 @@ class BARTScore(ModelMetric):
     submetrics = ("precision", "recall", "f")
     description = "BARTScore: mean token log-likelihood ref->output (P), output->ref (R) and their mean (F) under BART-large-CNN."
     default_model = "facebook/bart-large-cnn"
-    resources = Resources("406M", 2.0, 3.0, False)
+    resources = Resources("406M", 1.5, 3.0, False, measured("reference_based/BARTScore.py", gpu_mb=1558.19))
     default_batch_size = 8
     MAX_LENGTH: ClassVar[int] = 1024
 
@@ -228,7 +228,11 @@ class GRMRewardModel(_RewardModel):
     name = "GRMRewardModel"
     description = "GRM-Llama3.2-3B reward model: scalar preference reward for (prompt, response)."
     default_model = "Ray2333/GRM-Llama3.2-3B-rewardmodel-ft"
-    resources = Resources("3.2B", 8.0, 14.0, True)
+    resources = Resources(
+        "3.2B", 8.0, 14.0, True,
+        "our estimate from the parameter count and default batch size (bfloat16 on CUDA, float32 on CPU); no "
+        "measurement for this model was found in the reference implementation",
+    )
 
     def __init__(self, *, model: str | None = None, **kw):
         super().__init__(model=model, **kw)
@@ -276,7 +280,8 @@ class INFORMRewardModel(_RewardModel):
     name = "INFORMRewardModel"
     description = "INF-ORM-Llama3.1-70B reward model: scalar preference reward for (prompt, response)."
     default_model = "infly/INF-ORM-Llama3.1-70B"
-    resources = Resources("70B", 150.0, 290.0, True)
+    # measured in bfloat16, summed over the GPUs the model was sharded on; we load it on one device
+    resources = Resources("70B", 130.0, 290.0, True, measured("reference_free/INFORMRewardModel.py", gpu_mb=132727.05))
     default_batch_size = 1
 
     def __init__(self, *, model: str | None = None, **kw):
@@ -358,7 +363,12 @@ class LDLRewardModel(_RewardModel):
     name = "LDLRewardModel"
     description = "LDL-Reward-Gemma-2-27B reward model: expected reward of a gated mixture of label distributions."
     default_model = "ShikaiChen/LDL-Reward-Gemma-2-27B-v0.1"
-    resources = Resources("27B", 60.0, 110.0, True)
+    resources = Resources(
+        "27B", 55.0, 110.0, True,
+        "our estimate: GPU memory is half of the gpu_mem = 104172 MB measured in SALT-NLP/autometrics "
+        "`autometrics/metrics/reference_free/LDLRewardModel.py` (it loads float32; we load bfloat16 on CUDA) "
+        "plus activations; RAM for a CPU-only run (float32) from the parameter count and default batch size",
+    )
     default_batch_size = 2
 
     def __init__(self, *, model: str | None = None, **kw):
@@ -411,7 +421,12 @@ class MathProcessRewardModel(ModelMetric):
     submetrics = ("min", "max", "mean")
     description = "Qwen2.5-Math-PRM-7B process reward: P(step correct) at each step separator; min/max/mean over steps."
     default_model = "Qwen/Qwen2.5-Math-PRM-7B"
-    resources = Resources("7.6B", 18.0, 32.0, True)
+    resources = Resources(
+        "7.6B", 18.0, 32.0, True,
+        "our estimate from the parameter count and default batch size (the gpu_mem = 130000 MB in "
+        "SALT-NLP/autometrics `autometrics/metrics/reference_free/PRMRewardModel.py` is marked there as an "
+        "unmeasured guess, so it was not used)",
+    )
     default_batch_size = 2
     SEPARATOR: ClassVar[str] = "<extra_0>"
     SYSTEM: ClassVar[str] = "Please reason step by step, and put your final answer within \\boxed{}."

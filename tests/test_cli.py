@@ -9,7 +9,6 @@ import sys
 
 import pandas as pd
 import pytest
-
 from autometrics.metricbank import list_metrics
 
 
@@ -58,6 +57,46 @@ def test_bank_list_and_show():
     assert "## Metric Details" in p.stdout and "## Metric Card Authors" in p.stdout
     p = run("bank", "show", "BLUE", check=False)
     assert p.returncode == 2 and "BLEU" in p.stderr
+
+
+def test_bank_list_prints_full_reasons_why_metrics_cannot_run(tmp_path, monkeypatch):
+    """The table shows a short status; the full reason (where it looked, how to fix it) follows,
+    wrapped to the terminal width and never cut, and `--unavailable` prints only those blocks."""
+    from autometrics.metricbank import default_metrics, metric_class
+
+    monkeypatch.setenv("AUTOMETRICS_MODELS_DIR", str(tmp_path / "no-models"))  # the subprocess inherits these
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "no-hub"))
+    monkeypatch.setenv("COLUMNS", "80")
+    why: dict[str, str] = {}
+    default_metrics(unavailable=why)  # the same reasons, computed here
+    if not why:
+        pytest.skip("every metric can run here")
+
+    def flat(text):
+        return " ".join(text.split())
+
+    full = run("bank", "list").stdout
+    table, _, notes = full.partition("\nWhy ")
+    header = table.splitlines()[0]
+    status_col = slice(header.index("status"), header.index("description"))
+    for name, reason in why.items():
+        row = next(r for r in table.splitlines() if r.startswith(name + " "))
+        assert row[status_col].strip() in {"no weights", "no package", "unavailable"}
+        assert flat(reason) not in flat(row)
+        assert flat(reason) in flat(notes), f"{name}: full reason missing from `bank list`"
+    for line in notes.splitlines():  # wrapped at 80 columns; only a single unbreakable word may overrun
+        assert len(line) <= 80 or len(line.split()) == 1 or line.split()[0] in why, line
+
+    only = run("bank", "list", "--unavailable").stdout
+    assert only.startswith(f"{len(why)} of {len(list_metrics())} metrics cannot run here")
+    headers = [line.split()[0] for line in only.splitlines()[1:] if line and not line.startswith(" ")]
+    assert headers == sorted(why, key=str.lower)
+    for reason in why.values():
+        assert flat(reason) in flat(only)
+    model_based = [n for n in why if hasattr(metric_class(n), "resources")]
+    for name in model_based:  # the declared resources of model metrics, and where to read more
+        head = next(line for line in only.splitlines() if line.startswith(name + " "))
+        assert "GB GPU" in head and f"bank show {name}" in head
 
 
 @pytest.mark.slow

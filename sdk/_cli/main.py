@@ -4,7 +4,7 @@ Shapes kept stable (scripts depend on them; options may be added):
   autometrics fit DATA --target COL [--task TEXT] [--input-col] [--output-col] [--reference-col ...]
                   [--test-size 0.3] [--seed 0] [--top-n 5] --out DIR
   autometrics score EVALUATOR DATA --out FILE.csv
-  autometrics bank list | autometrics bank show NAME
+  autometrics bank list [--unavailable] | autometrics bank show NAME
   autometrics fit ... --llm [MODEL] [--judge-llm MODEL] [--n-single N] [--n-rubric N] [--n-example N]
                   [--n-optimized N] [--retrieve-k 30] [--dry-run]      (full AutoMetrics; opt-in)
   autometrics llm install [--model 0.5b|1.5b] | autometrics llm serve [--model] [--port] | autometrics llm status
@@ -79,7 +79,9 @@ def _build_parser() -> argparse.ArgumentParser:
 
     b = sub.add_parser("bank", help="browse MetricBank")
     bsub = b.add_subparsers(dest="bank_command")
-    bsub.add_parser("list", help="list every metric and whether it can run here")
+    bl = bsub.add_parser("list", help="list every metric and whether it can run here (with the full reason when it cannot)")
+    bl.add_argument("--unavailable", action="store_true",
+                    help="only the metrics that cannot run here, each with its full reason, resources and how to fix it")
     show = bsub.add_parser("show", help="print a metric's Metric Card")
     show.add_argument("name")
 
@@ -260,32 +262,86 @@ def _cmd_score(args) -> int:
     return 0
 
 
+def _bank_status(cls) -> tuple[str, str]:
+    """(short status for the table, full reason) of one metric class; the reason is "" when it runs here."""
+    from ..metricbank import MetricUnavailable
+
+    try:
+        cls().check_available()
+        return "ok", ""
+    except MetricUnavailable as exc:
+        reason = str(exc)
+    except Exception as exc:  # a broken optional install must not break the listing
+        reason = f"{type(exc).__name__}: {exc}"
+    if "needs the Python package" in reason:
+        return "no package", reason
+    if "weights for model" in reason:
+        return "no weights", reason
+    return "unavailable", reason
+
+
+def _wrapped(text: str, indent: str = "    ") -> str:
+    """``text`` wrapped to the terminal width, never cut: long words (paths, URLs, commands) stay whole."""
+    import shutil
+    import textwrap
+
+    width = max(60, shutil.get_terminal_size((100, 24)).columns)
+    return textwrap.fill(text, width=width, initial_indent=indent, subsequent_indent=indent,
+                         break_long_words=False, break_on_hyphens=False)
+
+
+def _print_unavailable(rows: list[tuple]) -> None:
+    """One block per metric that cannot run here: name, declared resources (model metrics), full reason."""
+    for k, (name, cls, _status, reason) in enumerate(rows):
+        res = getattr(cls, "resources", None)
+        extra = ""
+        if res is not None and res.params != "?":
+            if res.is_estimate:
+                kind = "our estimates"
+            elif "our estimate" in res.source:
+                kind = "partly measured"
+            else:
+                kind = "measured"
+            extra = f"  [{res.describe()}; {kind}: `autometrics bank show {name}`]"
+        if k:
+            print()
+        print(f"{name}{extra}")
+        print(_wrapped(reason))
+
+
 def _cmd_bank(args) -> int:
-    from ..metricbank import MetricUnavailable, list_metrics, load_card, metric_class
+    from ..metricbank import list_metrics, load_card, metric_class
 
     if args.bank_command == "show":
         print(load_card(metric_class(args.name).name))
         return 0
     if args.bank_command != "list":
-        print("usage: autometrics bank {list,show NAME}", file=sys.stderr)
+        print("usage: autometrics bank {list [--unavailable],show NAME}", file=sys.stderr)
         return 2
     rows = []
     for name in list_metrics():
         cls = metric_class(name)
-        try:
-            cls().check_available()
-            status = "ok"
-        except MetricUnavailable as exc:
-            status = f"unavailable: {exc}"
-        except Exception as exc:
-            status = f"unavailable: {type(exc).__name__}: {exc}"
-        needs = "+".join(x for x, on in (("ref", cls.needs_reference), ("input", cls.needs_input)) if on) or "-"
-        rows.append((name, "↑" if cls.higher_is_better else "↓", needs, status, cls.description))
+        status, reason = _bank_status(cls)
+        rows.append((name, cls, status, reason))
+    missing = [r for r in rows if r[3]]
+    if args.unavailable:
+        if not missing:
+            print(f"all {len(rows)} metrics can run here")
+            return 0
+        print(f"{len(missing)} of {len(rows)} metrics cannot run here:\n")
+        _print_unavailable(missing)
+        return 0
     w = max(len(r[0]) for r in rows)
-    print(f"{'metric':<{w}}  dir  needs      status  description")
-    for name, d, needs, status, desc in rows:
-        print(f"{name:<{w}}  {d:^3}  {needs:<9}  {status:<6}  {desc}")
+    sw = max(len("status"), *(len(r[2]) for r in rows))
+    print(f"{'metric':<{w}}  dir  needs      {'status':<{sw}}  description")
+    for name, cls, status, _reason in rows:
+        d = "↑" if cls.higher_is_better else "↓"
+        needs = "+".join(x for x, on in (("ref", cls.needs_reference), ("input", cls.needs_input)) if on) or "-"
+        print(f"{name:<{w}}  {d:^3}  {needs:<9}  {status:<{sw}}  {cls.description}")
     print(f"{len(rows)} metrics; ↑ higher is better, ↓ lower is better")
+    if missing:
+        print(f"\nWhy {len(missing)} cannot run here (also: `autometrics bank list --unavailable`):\n")
+        _print_unavailable(missing)
     return 0
 
 
