@@ -3,7 +3,7 @@ Langfuse's own ``@observe`` (langfuse 5.x SDK), measured in the same run.
 
 Both decorators capture input and output and export in the background: ours to a SQLite trace
 store (and, in the third row, also to Langfuse), Langfuse's to a Langfuse-compatible test
-endpoint on loopback (tests/observe/langfuse_double.py; no Langfuse server runs here).  The
+endpoint on loopback (tests/langfuse_server.py; no Langfuse server runs here).  The
 background export threads share the CPU with the caller, as they would in an application, so
 the figures are per-call wall time of a tight loop (the worst case: real calls take
 milliseconds and leave the exporters idle time).
@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests" / "observe"))
+sys.path.insert(0, str(ROOT / "tests"))
 
 
 def per_call_us(fn, n: int) -> float:
@@ -38,7 +38,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=5)
     args = ap.parse_args()
 
-    from langfuse_double import LangfuseDouble
+    from langfuse_server import LangfuseTestServer as LangfuseDouble
 
     tmp = tempfile.mkdtemp(prefix="am-bench-")
     with LangfuseDouble(public_key="pk-lf-bench-native", secret_key="sk-lf-bench-native") as native, \

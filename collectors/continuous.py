@@ -7,11 +7,15 @@ scheduler (``autometrics worker``), the demo, a cron job or a test can call:
 - :meth:`Monitor.refit` — under the store's refit lock (one runner across processes), build the
   training set (traces joined with the target feedback), fit a challenger on the older part,
   judge it against the champion on the newest held-out feedback (paired bootstrap of the tau
-  difference), store it as the new champion or as a rejected candidate with the reason.
+  difference), store it as the new champion or as a rejected candidate with the reason.  Each
+  attempt is a ``refit_runs`` record; one left ``running`` by a worker that died mid-refit is
+  marked ``interrupted`` (with the reason) by the next refit, since holding the lock proves that
+  nobody else is running.
 - :meth:`Monitor.score_new` — score traces the champion has not scored yet, in batches; store
   the overall score, each metric's value and contribution, and rationales per trace.
 - :meth:`Monitor.check_drift` — score-distribution drift (KS + PSI against the champion's
-  fit-time scores) and validity decay (tau of online scores on feedback newer than the fit);
+  fit-time scores) and validity decay (tau of online scores on feedback newer than the fit),
+  with the thresholds of ``MonitorConfig.drift`` (:class:`~autometrics.evaluators.drift.DriftThresholds`);
   alerts are stored (and shown in the dashboard, pushed to Langfuse).
 
 Nothing here stores or logs a secret: versions hold the evaluator artifact and statistics,
@@ -33,6 +37,7 @@ import numpy as np
 import pandas as pd
 import sqlalchemy as sa
 
+from ..evaluators.drift import DriftThresholds
 from .locks import RefitLock
 from .store import TraceStore, evaluator_versions, feedback, monitor_alerts, refit_runs, spans, trace_scores, traces
 
@@ -77,6 +82,7 @@ class MonitorConfig:
     settle_seconds: float = 5.0  # don't score traces younger than this (their root span may still be open)
     drift_window: int = 200  # newest online scores compared with the fit-time scores
     validity_window: int = 200  # newest feedback (after the fit) used for validity decay
+    drift: DriftThresholds = field(default_factory=DriftThresholds)  # when drift/validity statistics alert
     aggregate: str = "latest"
 
 
@@ -197,6 +203,34 @@ class Monitor:
         except Exception as exc:  # bookkeeping must not fail the refit
             log.warning("could not record refit run: %s", exc)
 
+    def _close_stale_runs(self) -> int:
+        """Mark every refit run still ``running`` as ``interrupted`` (call only while holding the refit lock).
+
+        The lock is one per store and its holder is the only runner, so a ``running`` record
+        seen while holding it belongs to a worker that died mid-refit (killed, crashed, machine
+        lost): the kernel / Postgres dropped its lock, its record stayed.  Returns how many were closed.
+        """
+        r = refit_runs
+        try:
+            with self.store.engine.begin() as conn:
+                stale = conn.execute(sa.select(r.c.id, r.c.worker, r.c.started_ns, r.c.project, r.c.target)
+                                     .where(r.c.outcome == "running")).mappings().all()
+                now = _now_ns()
+                for x in stale:
+                    when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime((x["started_ns"] or 0) / 1e9))
+                    msg = (f"interrupted: worker {x['worker'] or '?'} started this refit at {when} and never finished it "
+                           f"(process killed or crashed); found by {_worker_id()}, which holds the refit lock, so no other "
+                           "refit can still be running")
+                    conn.execute(r.update().where(r.c.id == x["id"], r.c.outcome == "running")
+                                 .values(outcome="interrupted", ended_ns=now, message=msg))
+        except Exception as exc:  # bookkeeping must not fail the refit
+            log.warning("could not close stale refit runs: %s", exc)
+            return 0
+        for x in stale:
+            log.warning("refit run %s (%s/%s) by %s was left 'running' by a dead worker; marked interrupted",
+                        x["id"], x["project"], x["target"], x["worker"])
+        return len(stale)
+
     def refit(self, *, force: bool = False, min_new_feedback: int | None = None) -> RefitOutcome:
         """One refit attempt (see the module docstring); never raises, the outcome says what happened."""
         run_id = uuid.uuid4().hex
@@ -212,6 +246,7 @@ class Monitor:
                              message="another worker holds the refit lock")
             return RefitOutcome("locked", "another worker is refitting; skipped")
         try:
+            self._close_stale_runs()
             self._record_run(run_id, started_ns=_now_ns(), outcome="running")
             try:
                 out = self._refit_locked(force, self.cfg.min_new_feedback if min_new_feedback is None else min_new_feedback)
@@ -420,7 +455,8 @@ class Monitor:
         new_alerts = []
         scores = self.scores_frame(ch["id"], limit=self.cfg.drift_window)
         cur = pd.to_numeric(scores["score"], errors="coerce").dropna().to_numpy()
-        d = score_drift(ch["statistics"].get("reference_scores", []), cur)
+        th = self.cfg.drift or DriftThresholds()
+        d = score_drift(ch["statistics"].get("reference_scores", []), cur, thresholds=th)
         if d["alert"]:
             msg = (f"score drift: the newest {d['n_current']} scores differ from fit-time scores (KS={d['ks']:.2f}, p={d['p_value']:.2g}, "
                    f"PSI={d['psi']:.2f}; mean {d['mean_reference']:.3g} -> {d['mean_current']:.3g})")
@@ -435,7 +471,7 @@ class Monitor:
             m = m[m["_online"].notna()]
             fit_tau = (ch["statistics"].get("holdout") or {}).get("challenger", {}).get("tau")
             vd = validity_decay(m["_online"].to_numpy(dtype=float), m[self.cfg.target].to_numpy(dtype=float), fit_tau,
-                                n_boot=min(self.cfg.n_boot, 500), seed=self.cfg.seed)
+                                n_boot=min(self.cfg.n_boot, 500), seed=self.cfg.seed, thresholds=th)
             self._set_validity(ch["id"], vd)
             w = vd["window"]
             if vd["level"] == "alert":
@@ -443,7 +479,8 @@ class Monitor:
                        f"[95% CI {w['ci_low']:.3f}, {w['ci_high']:.3f}], below the fit-time {fit_tau:.3f}")
                 new_alerts.append(self._alert_once("validity_decay", "alert", msg, ch["id"], vd))
             elif vd["level"] == "warning":
-                msg = (f"low significance: on the newest {w['n']} feedback points tau = {w['tau']:.3f}, p = {w['p_value']:.2g} > 0.05")
+                p_txt = "undefined" if w["p_value"] is None else f"{w['p_value']:.2g}"
+                msg = f"low significance: on the newest {w['n']} feedback points tau = {w['tau']:.3f}, p = {p_txt} > {th.validity_p:g}"
                 new_alerts.append(self._alert_once("low_significance", "warning", msg, ch["id"], vd))
         return [a for a in new_alerts if a]
 

@@ -187,7 +187,9 @@ trace_scores = sa.Table(
     sa.Column("error", sa.Text),
     sa.Column("trace_start_ns", sa.BigInteger),
     sa.Column("scored_at_ns", sa.BigInteger, nullable=False),
-    sa.Column("pushed_at_ns", sa.BigInteger),  # sent to Langfuse
+    sa.Column("pushed_at_ns", sa.BigInteger),  # delivered to Langfuse (its ingestion answered 2xx)
+    sa.Column("push_attempts", sa.Integer),  # delivery attempts so far (schema v4; NULL = 0)
+    sa.Column("push_error", sa.Text),  # why the last attempt failed (schema v4)
 )
 
 monitor_alerts = sa.Table(
@@ -202,7 +204,9 @@ monitor_alerts = sa.Table(
     sa.Column("message", sa.Text, nullable=False),
     sa.Column("details", sa.Text),  # JSON
     sa.Column("created_at_ns", sa.BigInteger, nullable=False),
-    sa.Column("pushed_at_ns", sa.BigInteger),
+    sa.Column("pushed_at_ns", sa.BigInteger),  # delivered to Langfuse
+    sa.Column("push_attempts", sa.Integer),  # schema v4, as in trace_scores
+    sa.Column("push_error", sa.Text),
 )
 
 refit_runs = sa.Table(
@@ -214,7 +218,7 @@ refit_runs = sa.Table(
     sa.Column("worker", sa.String(200)),  # host:pid
     sa.Column("started_ns", sa.BigInteger, nullable=False),
     sa.Column("ended_ns", sa.BigInteger),
-    sa.Column("outcome", sa.String(32)),  # promoted | rejected | skipped | locked | error
+    sa.Column("outcome", sa.String(32)),  # running | promoted | rejected | skipped | locked | error | interrupted (its worker died)
     sa.Column("message", sa.Text),
     sa.Column("evaluator_id", sa.String(64)),
 )
@@ -243,7 +247,15 @@ def _migration_3(conn: sa.Connection) -> None:
     conn.execute(sa.text("CREATE INDEX IF NOT EXISTS ix_traces_first_seen ON traces (first_seen_ns)"))
 
 
-MIGRATIONS: list[tuple[int, callable]] = [(1, _migration_1), (2, _migration_2), (3, _migration_3)]
+def _migration_4(conn: sa.Connection) -> None:
+    """v4: Langfuse delivery bookkeeping: attempts and the last error per online score and alert
+    (``pushed_at_ns`` is set only once Langfuse acknowledged the delivery)."""
+    for table in ("trace_scores", "monitor_alerts"):
+        conn.execute(sa.text(f"ALTER TABLE {table} ADD COLUMN push_attempts INTEGER"))
+        conn.execute(sa.text(f"ALTER TABLE {table} ADD COLUMN push_error TEXT"))
+
+
+MIGRATIONS: list[tuple[int, callable]] = [(1, _migration_1), (2, _migration_2), (3, _migration_3), (4, _migration_4)]
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 
 

@@ -57,6 +57,7 @@ class WorkerOptions:
     score_interval: float = 60.0
     dashboard: str | None = None  # path of the dashboard HTML to rewrite after each job
     langfuse: str = "auto"  # auto | on | off
+    langfuse_max_attempts: int = 10  # delivery attempts per trace's scores / alert before giving up
     jobstore: bool = True  # APScheduler jobs in the trace store's database
 
 
@@ -126,8 +127,8 @@ class Worker:
         try:
             from ..dashboards.langfuse_push import push_pending
 
-            out["langfuse"] = push_pending(self.monitor, pusher)
-            pusher.flush(10.0)
+            # delivered synchronously: a trace's scores are marked pushed only once Langfuse acknowledged them
+            out["langfuse"] = push_pending(self.monitor, pusher, max_attempts=self.opts.langfuse_max_attempts)
         except Exception as exc:
             log.warning("Langfuse push failed: %s: %s", type(exc).__name__, exc)
 

@@ -215,18 +215,26 @@ def render_dashboard(monitor, *, title: str | None = None, sample: int = 8, seed
     n_scored = int(pd.to_numeric(scores["score"], errors="coerce").notna().sum()) if len(scores) else 0
     out.append(f"<div class='stat'><div class='l'>Traces scored online</div><div class='v'>{n_scored}</div>"
                f"<div class='l'>{len(versions)} evaluator version(s)</div></div>")
-    n_alert = sum(1 for a in alerts if a["severity"] == "alert")
-    out.append(f"<div class='stat'><div class='l'>Alerts / warnings</div><div class='v'>{n_alert} / {len(alerts) - n_alert}</div>"
-               f"<div class='l'>drift, validity, significance</div></div></div>")
+    # one list for the count and the section, so they always agree: the current evaluator's own
+    # warnings (low significance p > 0.05, small n, ... from its refit) and the stored alerts
+    items: list[tuple[str, str, str]] = []  # (class, source, html)
+    if champ:
+        for w in st.get("warnings") or []:
+            items.append(("warn", "evaluator", f"⚠ v{champ['version']}: {e(w)}"))
+    for a in alerts:
+        items.append(("alert" if a["severity"] == "alert" else "warn", "monitor",
+                      f"<b>{e(a['kind'].replace('_', ' '))}</b> · {e(_when(a['created_at_ns']))} · {e(a['message'])}"))
+    n_alert = sum(1 for cls, _, _ in items if cls == "alert")
+    n_warn = len(items) - n_alert
+    out.append(f"<div class='stat' id='warning-counts'><div class='l'>Alerts / warnings</div>"
+               f"<div class='v'><span id='n-alerts'>{n_alert}</span> / <span id='n-warnings'>{n_warn}</span></div>"
+               f"<div class='l'>drift, validity, significance, sample size</div></div></div>")
     # ---- warnings and alerts
     out.append("<h2>Warnings and drift alerts</h2><div id='alerts'>")
-    if champ:
-        for w in (st.get("warnings") or [])[:6]:
-            out.append(f"<div class='warn'>⚠ v{champ['version']}: {e(w)}</div>")
-    for a in alerts[:20]:
-        cls = "alert" if a["severity"] == "alert" else "warn"
-        out.append(f"<div class='{cls}'><b>{e(a['kind'].replace('_', ' '))}</b> · {e(_when(a['created_at_ns']))} · {e(a['message'])}</div>")
-    if not alerts and not (champ and st.get("warnings")):
+    # alerts first (the severe ones), then warnings; every counted item is listed
+    for cls, src, body in sorted(items, key=lambda x: x[0] != "alert"):
+        out.append(f"<div class='{cls}' data-source='{src}'>{body}</div>")
+    if not items:
         out.append("<div class='ok'>No warnings or alerts.</div>")
     out.append("</div>")
     # ---- versions

@@ -46,3 +46,23 @@ def store_url(request, tmp_path) -> str:
     if not PG_URL:
         pytest.skip("AUTOMETRICS_TEST_POSTGRES_URL not set (run `eval \"$(.ci/postgres.sh)\"`)")
     return fresh_pg_database()
+
+
+# ---- the Langfuse-compatible test server (tests/langfuse_server.py), for capture and continuous tests
+@pytest.fixture
+def langfuse_server(monkeypatch):
+    """A fresh loopback Langfuse test server with LANGFUSE_* pointing at it (not Langfuse)."""
+    pytest.importorskip("langfuse")
+    pytest.importorskip("yaml", reason="pyyaml reads Langfuse's OpenAPI spec")
+    from langfuse_server import LangfuseTestServer, spec_path
+
+    if not spec_path().exists():
+        pytest.skip(f"Langfuse's OpenAPI spec not found at {spec_path()} (set AUTOMETRICS_SHARED)")
+    # the langfuse SDK keeps one client per public key per process: a fresh key per test
+    with LangfuseTestServer(public_key="pk-lf-" + uuid.uuid4().hex[:8], secret_key="sk-lf-" + uuid.uuid4().hex[:8]) as srv:
+        monkeypatch.setenv("LANGFUSE_PUBLIC_KEY", srv.public_key)
+        monkeypatch.setenv("LANGFUSE_SECRET_KEY", srv.secret_key)
+        monkeypatch.setenv("LANGFUSE_BASE_URL", srv.url)
+        monkeypatch.delenv("LANGFUSE_HOST", raising=False)
+        monkeypatch.setenv("LANGFUSE_FLUSH_INTERVAL", "0.2")
+        yield srv

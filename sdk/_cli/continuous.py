@@ -2,7 +2,9 @@
 
   autometrics worker --target NAME [--store URL] [--project P] [--task TEXT] [--refit-interval S]
                      [--min-new-feedback N] [--poll S] [--score-interval S] [--dashboard PATH]
-                     [--langfuse auto|on|off] [--no-llm] [--once] [--run-for S]
+                     [--langfuse auto|on|off] [--langfuse-max-attempts N] [--no-llm] [--once] [--run-for S]
+                     [--drift-ks-alpha P] [--drift-psi X] [--drift-min-scores N] [--drift-window N]
+                     [--validity-p P] [--validity-min-n N] [--validity-window N]
   autometrics refit --target NAME [--store URL] [--project P] [--force] [--no-llm]
   autometrics versions list|show N [--out DIR]|compare A B|rollback N  --target NAME [--store URL] [--project P]
   autometrics dashboard --target NAME [--store URL] [--project P] [--out PATH] [--serve] [--port 8765]
@@ -35,6 +37,44 @@ def _fit_opts(p: argparse.ArgumentParser) -> None:
     p.add_argument("--metrics", default=None, help="comma-separated MetricBank names (default: every reference-free metric)")
 
 
+def _drift_opts(p: argparse.ArgumentParser) -> None:
+    from ..evaluators.drift import DriftThresholds  # light: no numpy at import
+
+    d = DriftThresholds()
+    g = p.add_argument_group(
+        "drift and validity alerts",
+        "Score drift compares the newest online scores with the champion's fit-time scores and raises an alert only when "
+        "BOTH the two-sample Kolmogorov-Smirnov test and the Population Stability Index say the distribution moved. "
+        "Validity decay compares the champion's online scores with feedback that arrived after its fit: an alert when "
+        "the fit-time tau is above the new window's 95% CI, a warning when the new window's tau is not significant.")
+    g.add_argument("--drift-ks-alpha", type=float, default=d.ks_alpha, metavar="P",
+                   help=f"score drift needs the KS p-value below P (default {d.ks_alpha:g}; lower = fewer alerts)")
+    g.add_argument("--drift-psi", type=float, default=d.psi_alert, metavar="X",
+                   help=f"... and a PSI of at least X (default {d.psi_alert:g}; rule of thumb: 0.1 small shift, 0.25 large)")
+    g.add_argument("--drift-min-scores", type=int, default=d.min_scores, metavar="N",
+                   help=f"no drift test with fewer than N scores on either side (default {d.min_scores})")
+    g.add_argument("--drift-window", type=int, default=200, metavar="N",
+                   help="newest online scores compared with the fit-time scores (default 200)")
+    g.add_argument("--validity-p", type=float, default=d.validity_p, metavar="P",
+                   help=f"warn when the agreement on new feedback has a p-value above P (default {d.validity_p:g})")
+    g.add_argument("--validity-min-n", type=int, default=d.validity_min_n, metavar="N",
+                   help=f"no validity verdict on fewer than N new feedback points (default {d.validity_min_n})")
+    g.add_argument("--validity-window", type=int, default=200, metavar="N",
+                   help="newest feedback after the fit used for validity decay (default 200)")
+
+
+def _drift_config(args) -> dict:
+    """MonitorConfig fields from the drift flags (ValueError, exit 2, on a bad value)."""
+    from ..evaluators.drift import DriftThresholds
+
+    for name in ("drift_window", "validity_window"):
+        if getattr(args, name) < 1:
+            raise ValueError(f"--{name.replace('_', '-')} must be at least 1")
+    th = DriftThresholds(ks_alpha=args.drift_ks_alpha, psi_alert=args.drift_psi, min_scores=args.drift_min_scores,
+                         validity_min_n=args.validity_min_n, validity_p=args.validity_p)
+    return {"drift": th, "drift_window": args.drift_window, "validity_window": args.validity_window}
+
+
 def add_commands(subparsers) -> None:
     """Register the commands on ``autometrics``' sub-parsers."""
     w = subparsers.add_parser("worker", help="continuous evaluation service: scheduled refits, online scoring, drift, dashboard")
@@ -48,6 +88,10 @@ def add_commands(subparsers) -> None:
     w.add_argument("--settle-seconds", type=float, default=5.0, help="leave traces younger than this for the next round")
     w.add_argument("--dashboard", default=None, help="dashboard HTML to rewrite after each job (default: beside a SQLite store)")
     w.add_argument("--langfuse", choices=["auto", "on", "off"], default="auto", help="push scores/warnings to Langfuse")
+    w.add_argument("--langfuse-max-attempts", type=int, default=10, metavar="N",
+                   help="failed Langfuse deliveries of a trace's scores (or of an alert) before giving up on it; a trace "
+                        "counts as pushed only once Langfuse acknowledged it, a failed one is retried next cycle (default 10)")
+    _drift_opts(w)
     w.add_argument("--once", action="store_true", help="run refit (if due), scoring, drift and dashboard once, then exit")
     w.add_argument("--run-for", type=float, default=None, help="stop after S seconds (default: until SIGINT/SIGTERM)")
     w.add_argument("--no-jobstore", action="store_true", help="keep APScheduler jobs in memory instead of the store's database")
@@ -120,9 +164,12 @@ def _fmt_stats(s: dict) -> str:
 def cmd_worker(args) -> int:
     from ..collectors.worker import Worker, WorkerOptions, dashboard_default
 
-    mon = _monitor(args, batch_size=args.batch_size, settle_seconds=args.settle_seconds)
+    if args.langfuse_max_attempts < 1:
+        raise ValueError("--langfuse-max-attempts must be at least 1")
+    mon = _monitor(args, batch_size=args.batch_size, settle_seconds=args.settle_seconds, **_drift_config(args))
     opts = WorkerOptions(refit_interval=args.refit_interval or None, min_new_feedback=args.min_new_feedback or None, poll=args.poll,
-                         score_interval=args.score_interval, langfuse=args.langfuse, jobstore=not args.no_jobstore)
+                         score_interval=args.score_interval, langfuse=args.langfuse, jobstore=not args.no_jobstore,
+                         langfuse_max_attempts=args.langfuse_max_attempts)
     opts.dashboard = args.dashboard or str(dashboard_default(mon.store))
     w = Worker(mon.store, mon.cfg, opts)
     print(f"worker: {mon.store!r}, project {mon.cfg.project!r}, target {mon.cfg.target!r}; dashboard {opts.dashboard}", flush=True)

@@ -1,11 +1,11 @@
-"""Fixtures for continuous evaluation: stores (SQLite; Postgres when AUTOMETRICS_TEST_POSTGRES_URL
-is set, see .ci/postgres.sh), a store pre-filled with SimpEval traces + feedback, and the
-OpenAPI-checked Langfuse test server."""
+"""Fixtures for continuous evaluation: a store pre-filled with SimpEval traces + feedback and a
+clean environment.  Stores (SQLite; Postgres when AUTOMETRICS_TEST_POSTGRES_URL is set, see
+.ci/postgres.sh) and the Langfuse test server (``langfuse_server``, tests/langfuse_server.py)
+come from tests/conftest.py."""
 
 from __future__ import annotations
 
 import os
-import uuid
 
 import pytest
 
@@ -41,19 +41,3 @@ def clean_env(monkeypatch, tmp_path):
         if k.startswith(("AUTOMETRICS_", "LANGFUSE_")) and k != "AUTOMETRICS_SHARED":
             monkeypatch.delenv(k, raising=False)
     monkeypatch.setenv("AUTOMETRICS_HOME", str(tmp_path / "home"))
-
-
-@pytest.fixture
-def langfuse_server(monkeypatch):
-    pytest.importorskip("langfuse")
-    pytest.importorskip("yaml", reason="pyyaml reads Langfuse's OpenAPI spec")
-    from .langfuse_server import LangfuseSpecServer
-
-    # the langfuse SDK keeps one client per public key per process: a fresh key per test
-    with LangfuseSpecServer(public_key="pk-lf-" + uuid.uuid4().hex[:8], secret_key="sk-lf-" + uuid.uuid4().hex[:8]) as srv:
-        monkeypatch.setenv("LANGFUSE_PUBLIC_KEY", srv.public_key)
-        monkeypatch.setenv("LANGFUSE_SECRET_KEY", srv.secret_key)
-        monkeypatch.setenv("LANGFUSE_BASE_URL", srv.url)
-        monkeypatch.delenv("LANGFUSE_HOST", raising=False)
-        monkeypatch.setenv("LANGFUSE_FLUSH_INTERVAL", "0.2")
-        yield srv

@@ -1,10 +1,12 @@
 """Online scores, rationales, warnings and alerts pushed to Langfuse with the real ``langfuse``
 SDK, against a Langfuse-compatible test server that validates every request body against
-Langfuse's published OpenAPI spec (tests/continuous/langfuse_server.py) — it is not Langfuse.
+Langfuse's published OpenAPI spec (tests/langfuse_server.py) — it is not Langfuse.  Delivery is
+tracked: a server that is down or answers 5xx leaves the scores unpushed for the next cycle.
 An opt-in test runs against a real Langfuse when LANGFUSE_HOST and keys are set."""
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import time
@@ -21,6 +23,17 @@ def _wait(pred, timeout=15.0):
     return False
 
 
+def _push_state(mon) -> dict:
+    """trace_id -> {pushed_at_ns, push_attempts, push_error} of the champion's online scores."""
+    import sqlalchemy as sa
+    from autometrics.collectors.store import trace_scores as s
+
+    with mon.store.engine.connect() as c:
+        rows = c.execute(sa.select(s.c.trace_id, s.c.pushed_at_ns, s.c.push_attempts, s.c.push_error)
+                         .where(s.c.evaluator_id == mon.champion()["id"])).mappings().all()
+    return {r["trace_id"]: dict(r) for r in rows}
+
+
 def _copy_store(url, tmp_path):
     import sqlalchemy as sa
 
@@ -32,7 +45,7 @@ def _copy_store(url, tmp_path):
 
 def test_validator_rejects_bodies_that_break_the_spec():
     pytest.importorskip("yaml")
-    from .langfuse_server import OpenAPIValidator, SpecError, load_spec
+    from langfuse_server import OpenAPIValidator, SpecError, load_spec
 
     v = OpenAPIValidator(load_spec())
     schema = v.request_schema("/api/public/scores", "post")
@@ -56,7 +69,9 @@ def test_push_scores_configs_rationales_and_warnings(fitted_store, tmp_path, lan
     alert_id = mon.add_alert("score_drift", "alert", "score drift: test alert", evaluator_id=ch["id"])
     pusher = LangfusePush()
     res = push_pending(mon, pusher, limit=20)
-    assert res == {"scores": 20, "alerts": 1}
+    assert res == {"scores": 20, "alerts": 1, "failed": 0, "given_up": 0}
+    pushed = _push_state(mon)
+    assert sum(r["pushed_at_ns"] is not None for r in pushed.values()) == 20
     assert pusher.flush(15)
     n_feat = len(ch["artifact"]["features"])
     # per trace: the evaluator score + one per metric (+ warnings, if the version has any)
@@ -76,7 +91,8 @@ def test_push_scores_configs_rationales_and_warnings(fitted_store, tmp_path, lan
     # a second run: only new rows, no duplicate config creation (the server refuses duplicates)
     n_configs = len(langfuse_server.configs)
     res2 = push_pending(mon, LangfusePush(), limit=10)
-    assert res2 == {"scores": 10, "alerts": 0}
+    assert res2 == {"scores": 10, "alerts": 0, "failed": 0, "given_up": 0}
+    assert max(langfuse_server.score_id_counts().values()) == 1  # nothing sent twice
     assert len(langfuse_server.configs) == n_configs
     assert not langfuse_server.errors, langfuse_server.errors
     pusher.shutdown(5)
@@ -113,11 +129,127 @@ def test_langfuse_down_never_raises(fitted_store, tmp_path, monkeypatch):
     mon = Monitor(_copy_store(fitted_store, tmp_path), MonitorConfig(target="score", project="p"))
     p = LangfusePush(timeout=1)
     t = time.monotonic()
-    push_pending(mon, p, limit=5)
+    res = push_pending(mon, p, limit=5)
     p.flush(3)
     assert p.errors >= 1  # score configs could not be created; counted, not raised
+    assert res["scores"] == 0 and res["failed"] == 5
+    assert all(r["pushed_at_ns"] is None for r in _push_state(mon).values())  # nothing claimed as delivered
     assert time.monotonic() - t < 20
     p.shutdown(2)
+
+
+def test_scores_are_pushed_only_once_delivered_500_then_recovery(fitted_store, tmp_path, langfuse_server, caplog):
+    """Langfuse answers 500 to score ingestion: nothing is marked pushed, the attempt is recorded
+    and logged; once it recovers the next cycle delivers the same traces, each score id once."""
+    from autometrics.collectors.continuous import Monitor, MonitorConfig
+    from autometrics.dashboards.langfuse_push import WARNING_NAME, LangfusePush, push_pending
+    from langfuse_server import SCORES_PATH
+
+    mon = Monitor(_copy_store(fitted_store, tmp_path), MonitorConfig(target="score", project="p"))
+    alert_id = mon.add_alert("score_drift", "alert", "score drift: retried alert", evaluator_id=mon.champion()["id"])
+    pusher = LangfusePush(timeout=2)
+    langfuse_server.fail_with(500, paths=[SCORES_PATH])  # configs work, score ingestion fails
+    caplog.set_level(logging.WARNING, logger="autometrics.langfuse")
+    res1 = push_pending(mon, pusher, limit=10)
+    assert res1 == {"scores": 0, "alerts": 0, "failed": 10, "given_up": 0}
+    assert langfuse_server.failed_requests == 1 and langfuse_server.scores == []
+    state = _push_state(mon)
+    tried = {t for t, r in state.items() if r["push_attempts"]}
+    assert len(tried) == 10
+    assert all(r["pushed_at_ns"] is None for r in state.values())  # queued is not delivered
+    assert all(state[t]["push_attempts"] == 1 and "HTTP 500" in state[t]["push_error"] for t in tried)
+    assert "Langfuse delivery failed for 10 traces' scores (attempt 1 of 10): HTTP 500" in caplog.text
+    assert mon.alerts()[0]["pushed_at_ns"] is None  # not tried while Langfuse is failing
+
+    langfuse_server.recover()
+    res2 = push_pending(mon, pusher, limit=10)
+    assert res2 == {"scores": 10, "alerts": 1, "failed": 0, "given_up": 0}
+    state = _push_state(mon)
+    assert {t for t, r in state.items() if r["pushed_at_ns"] is not None} == tried  # the same traces, retried
+    assert all(state[t]["push_attempts"] == 2 and state[t]["push_error"] is None for t in tried)
+    main = [x for x in langfuse_server.scores if x["name"] == "autometrics score"]
+    assert {x["traceId"] for x in main} == tried and len(main) == 10
+    assert [x["metadata"]["alert_id"] for x in langfuse_server.scores if x["name"] == WARNING_NAME and "alert_id" in x.get("metadata", {})] == [alert_id]
+    assert mon.alerts()[0]["pushed_at_ns"] is not None
+    # the next cycle moves on to other traces: no score id is ever accepted twice
+    assert push_pending(mon, pusher, limit=10)["scores"] == 10
+    assert max(langfuse_server.score_id_counts().values()) == 1
+    assert not langfuse_server.errors, langfuse_server.errors
+    pusher.shutdown(2)
+
+
+def test_worker_push_with_langfuse_down_then_back_up(fitted_store, tmp_path, langfuse_server, clean_env, monkeypatch):
+    """The worker's score job with Langfuse down (connection refused): no trace counts as pushed;
+    the same server back on the same port: the next job delivers every trace, once."""
+    from autometrics.collectors.continuous import MonitorConfig
+    from autometrics.collectors.worker import Worker, WorkerOptions
+
+    for k in ("LANGFUSE_PUBLIC_KEY", "LANGFUSE_SECRET_KEY", "LANGFUSE_BASE_URL"):  # clean_env removed them
+        monkeypatch.setenv(k, {"LANGFUSE_PUBLIC_KEY": langfuse_server.public_key, "LANGFUSE_SECRET_KEY": langfuse_server.secret_key,
+                               "LANGFUSE_BASE_URL": langfuse_server.url}[k])
+    w = Worker(_copy_store(fitted_store, tmp_path), MonitorConfig(target="score", project="p", settle_seconds=0, n_boot=100),
+               WorkerOptions(langfuse="on", langfuse_max_attempts=3))
+    langfuse_server.go_down()
+    out = w.run("score")
+    assert "error" not in out and out["langfuse"]["scores"] == 0, out
+    state = _push_state(w.monitor)
+    assert all(r["pushed_at_ns"] is None for r in state.values())
+    # one failed attempt for the traces of the first request; the rest waits without using one up
+    tried = {t for t, r in state.items() if r["push_attempts"] == 1}
+    assert len(tried) == out["langfuse"]["failed"] and 0 < len(tried) < 360, out
+    assert all(r["push_attempts"] is None for t, r in state.items() if t not in tried)
+    assert "ConnectError" in state[next(iter(tried))]["push_error"]
+    langfuse_server.come_up()
+    out = w.run("score")
+    assert out["langfuse"]["scores"] == 360 and out["langfuse"]["failed"] == 0, out
+    state = _push_state(w.monitor)
+    assert all(r["pushed_at_ns"] is not None and r["push_attempts"] == (2 if t in tried else 1) for t, r in state.items())
+    main = [x for x in langfuse_server.scores if x["name"] == "autometrics score"]
+    assert len(main) == 360 == len({x["traceId"] for x in main})
+    assert max(langfuse_server.score_id_counts().values()) == 1
+    assert w.run("score")["langfuse"]["scores"] == 0  # all delivered: nothing left to send
+    assert not langfuse_server.errors, langfuse_server.errors
+    w.stop()
+
+
+def test_delivery_attempts_are_bounded(fitted_store, tmp_path, langfuse_server, caplog):
+    from autometrics.collectors.continuous import Monitor, MonitorConfig
+    from autometrics.dashboards.langfuse_push import LangfusePush, push_pending
+
+    mon = Monitor(_copy_store(fitted_store, tmp_path), MonitorConfig(target="score", project="p"))
+    pusher = LangfusePush(timeout=2)
+    langfuse_server.fail_with(503)
+    caplog.set_level(logging.WARNING, logger="autometrics.langfuse")
+    assert push_pending(mon, pusher, limit=4, max_attempts=2)["given_up"] == 0
+    assert push_pending(mon, pusher, limit=4, max_attempts=2) == {"scores": 0, "alerts": 0, "failed": 4, "given_up": 4}
+    assert "giving up on them" in caplog.text
+    state = _push_state(mon)
+    given_up = {t for t, r in state.items() if r["push_attempts"] == 2}
+    assert len(given_up) == 4 and all(state[t]["pushed_at_ns"] is None for t in given_up)
+    langfuse_server.recover()
+    assert push_pending(mon, pusher, limit=4, max_attempts=2)["scores"] == 4  # other traces; the given-up ones are not retried
+    assert not given_up & {x["traceId"] for x in langfuse_server.scores}
+    pusher.shutdown(2)
+
+
+def test_rejected_scores_count_as_delivered_and_are_not_retried(fitted_store, tmp_path, langfuse_server, caplog):
+    """A 207 (some scores invalid): Langfuse asks not to retry; the rows are marked pushed with the
+    rejection kept in push_error and logged."""
+    from autometrics.collectors.continuous import Monitor, MonitorConfig
+    from autometrics.dashboards.langfuse_push import LangfusePush, config_name, push_pending
+
+    mon = Monitor(_copy_store(fitted_store, tmp_path), MonitorConfig(target="score", project="p"))
+    feat = mon.champion()["artifact"]["features"][0]["feature"]
+    pusher = LangfusePush(timeout=2)
+    # a config that already exists in Langfuse with a range the metric's values break
+    pusher.client.api.score_configs.create(name=config_name(f"am {feat}"), data_type="NUMERIC", min_value=1e9)
+    caplog.set_level(logging.WARNING, logger="autometrics.langfuse")
+    res = push_pending(mon, pusher, limit=3)
+    assert res["scores"] == 3 and res["failed"] == 0
+    assert pusher.rejected == 3 and "Langfuse rejected 3 of" in caplog.text
+    done = [r for r in _push_state(mon).values() if r["pushed_at_ns"] is not None]
+    assert len(done) == 3 and all("outside the config's range" in r["push_error"] for r in done)
+    pusher.shutdown(2)
 
 
 @pytest.mark.skipif(not (os.environ.get("LANGFUSE_HOST") and os.environ.get("LANGFUSE_PUBLIC_KEY") and os.environ.get("LANGFUSE_SECRET_KEY")),

@@ -91,6 +91,55 @@ def test_drift_and_validity_alerts(fitted_store, tmp_path):
     assert lv["level"] == "alert" and lv["window"]["tau"] < 0
 
 
+def test_drift_thresholds_decide_whether_an_alert_fires():
+    from autometrics.evaluators.drift import DriftThresholds, score_drift, validity_decay
+
+    rng = np.random.default_rng(1)
+    ref, cur = rng.normal(size=400), rng.normal(0.6, 1, 300)
+    d = score_drift(ref, cur)
+    assert d["alert"] and 0.2 <= d["psi"] < 1.0 and d["thresholds"] == {"ks_alpha": 0.01, "psi_alert": 0.2, "min_scores": 30}
+    assert not score_drift(ref, cur, thresholds=DriftThresholds(psi_alert=1.0))["alert"]  # same data, higher bar
+    assert not score_drift(ref, cur, thresholds=DriftThresholds(ks_alpha=d["p_value"] / 10))["alert"]
+    small = score_drift(ref, cur[:40], thresholds=DriftThresholds(min_scores=50))
+    assert not small["alert"] and "need 50 each" in small["reason"]
+    assert score_drift(ref, cur[:40])["reason"] is None  # 40 >= 30: tested with the defaults
+    # validity: a weak but real agreement on 60 new points
+    y = rng.normal(size=60)
+    pred = y + rng.normal(scale=2.5, size=60)
+    base = validity_decay(pred, y, None, n_boot=200)
+    assert base["level"] in ("ok", "warning")
+    p = base["window"]["p_value"]
+    assert validity_decay(pred, y, None, n_boot=200, thresholds=DriftThresholds(validity_p=min(0.99, p * 2)))["level"] == "ok"
+    assert validity_decay(pred, y, None, n_boot=200, thresholds=DriftThresholds(validity_p=p / 2))["level"] == "warning"
+    assert validity_decay(pred, y, None, n_boot=200, thresholds=DriftThresholds(validity_min_n=61))["level"] is None
+    for bad in ({"ks_alpha": 0}, {"psi_alert": -1}, {"validity_p": 1.5}, {"min_scores": 1}):
+        with pytest.raises(ValueError):
+            DriftThresholds(**bad)
+
+
+def test_worker_drift_flags_change_whether_an_alert_fires(fitted_store, tmp_path, capsys):
+    """`autometrics worker --once` on shifted traffic: with --drift-psi above the shift no drift
+    alert; with the default thresholds the same data raises it."""
+    from autometrics._cli.main import main
+    from autometrics.collectors.continuous import Monitor, MonitorConfig
+
+    url = _copy(fitted_store, tmp_path)
+    mon = Monitor(url, MonitorConfig(target="score", project="p"))
+    df = simpeval(150, seed=3).assign(output=lambda d: d.output.str.repeat(4))
+    write_traces(mon.store, df, project="p", t0_ns=90_000_000_000, feedback=False)
+    run = ["worker", "--store", url, "--project", "p", "--target", "score", "--no-llm", "--once", "--settle-seconds", "0",
+           "--langfuse", "off", "--dashboard", str(tmp_path / "d.html"), "--min-new-feedback", "100000"]
+    assert main(run + ["--drift-psi", "1000"]) == 0
+    assert "scored 150 traces; 0 new alert(s)" in capsys.readouterr().out
+    assert not [a for a in mon.alerts() if a["kind"] == "score_drift"]
+    assert main(run) == 0  # defaults: KS p < 0.01 and PSI >= 0.2
+    assert "1 new alert(s)" in capsys.readouterr().out
+    (alert,) = [a for a in mon.alerts() if a["kind"] == "score_drift"]
+    assert alert["details"]["thresholds"]["psi_alert"] == 0.2 and alert["details"]["psi"] >= 0.2
+    assert main(run + ["--drift-ks-alpha", "2"]) == 2  # a bad threshold is a usage error, not a traceback
+    assert "ks_alpha must be a probability" in capsys.readouterr().err
+
+
 def _png_pixels(path):
     """(width, height, variety) of an 8-bit RGB/RGBA PNG (what Chromium writes).  ``variety`` counts
     distinct byte triples in sampled rows of the (still filtered) scanlines: a blank page gives a
@@ -128,6 +177,50 @@ def test_dashboard_html_is_self_contained(fitted_store, tmp_path):
         assert part.lower() in html.lower(), part
     body = html.replace('xmlns="http://www.w3.org/2000/svg"', "")
     assert "<script" not in body.lower() and "http://" not in body and "https://" not in body and "<link" not in body.lower()
+
+
+def _warning_counts(html: str) -> tuple[int, int, int, int]:
+    """(alerts shown in the card, warnings shown in the card, alert items listed, warning items listed)."""
+    import re
+
+    n_alerts = int(re.search(r"<span id='n-alerts'>(\d+)</span>", html).group(1))
+    n_warnings = int(re.search(r"<span id='n-warnings'>(\d+)</span>", html).group(1))
+    section = html.split("<div id='alerts'>", 1)[1].split("<h2>", 1)[0]
+    return n_alerts, n_warnings, section.count("<div class='alert'"), section.count("<div class='warn'")
+
+
+def test_dashboard_warning_count_matches_the_listed_warnings(fitted_store, tmp_path):
+    """The card counts both kinds that the section lists: the evaluator's own warnings (low
+    significance, small n) and the stored drift/validity alerts."""
+    import sqlalchemy as sa
+    from autometrics.collectors.continuous import Monitor, MonitorConfig
+    from autometrics.collectors.store import evaluator_versions
+    from autometrics.dashboards.render import render_dashboard
+
+    mon = Monitor(_copy(fitted_store, tmp_path), MonitorConfig(target="score", project="p"))
+    a, w, la, lw = _warning_counts(render_dashboard(mon))  # whatever the fixture's champion has, card and list agree
+    assert (a, w) == (la, lw)
+    ch = mon.champion()
+    stats = dict(ch["statistics"], warnings=["held-out agreement on the newest feedback is not significant (p=0.21 > 0.05, n=18)",
+                                             "small held-out set (n=18 < 30): the comparison is noisy"])
+    with mon.store.engine.begin() as c:
+        c.execute(evaluator_versions.update().where(evaluator_versions.c.id == ch["id"]).values(statistics=json.dumps(stats)))
+    html = render_dashboard(mon)
+    assert _warning_counts(html) == (0, 2, 0, 2)  # evaluator warnings only: counted, not "0 warnings"
+    assert "p=0.21 &gt; 0.05" in html and "small held-out set" in html
+    mon.add_alert("score_drift", "alert", "score drift: KS=0.4", evaluator_id=ch["id"])
+    mon.add_alert("small_n", "warning", "new champion was validated on only 18 held-out feedback points", evaluator_id=ch["id"])
+    html = render_dashboard(mon)
+    assert _warning_counts(html) == (1, 3, 1, 3)
+    section = html.split("<div id='alerts'>", 1)[1].split("<h2>", 1)[0]
+    assert section.count("data-source='evaluator'") == 2 and section.count("data-source='monitor'") == 2
+    assert "No warnings or alerts" not in html
+    with mon.store.engine.begin() as c:
+        c.execute(sa.text("DELETE FROM monitor_alerts"))
+        c.execute(evaluator_versions.update().where(evaluator_versions.c.id == ch["id"]).values(
+            statistics=json.dumps(dict(stats, warnings=[]))))
+    html = render_dashboard(mon)
+    assert _warning_counts(html) == (0, 0, 0, 0) and "No warnings or alerts" in html
 
 
 def test_dashboard_server_on_loopback(fitted_store):

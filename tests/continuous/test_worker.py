@@ -146,3 +146,55 @@ def test_scheduled_jobs_run_in_process(sqlite_url):
     finally:
         w.stop()
     store.dispose()
+
+
+_SLOW_REFIT = """
+import sys, time
+import autometrics.evaluators.refit as refit
+from autometrics.collectors.continuous import Monitor, MonitorConfig
+
+def slow_fit(*a, **k):  # the fit of a worker that is about to be killed
+    print("fitting", flush=True)
+    time.sleep(120)
+
+refit.fit_for_refit = slow_fit
+Monitor(sys.argv[1], MonitorConfig(target="score", project="p", n_boot=50)).refit()
+"""
+
+
+def test_refit_left_running_by_a_killed_worker_is_marked_interrupted(store_url):
+    """A worker killed mid-refit leaves its run 'running'.  While it lives (and holds the lock)
+    nobody touches that record; once it is dead, the next refit, which holds the lock and so
+    proves nobody else is running, marks it interrupted with the reason."""
+    from autometrics.collectors.continuous import Monitor, MonitorConfig
+    from autometrics.collectors.store import TraceStore, refit_runs
+
+    store = TraceStore(store_url)
+    write_traces(store, simpeval(60), project="p")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LANGFUSE_")}
+    proc = subprocess.Popen([sys.executable, "-c", _SLOW_REFIT, store_url], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        line = proc.stdout.readline().decode()
+        assert line.strip() == "fitting", line
+        mon = Monitor(store, MonitorConfig(target="score", project="p", n_boot=50, settle_seconds=0))
+        (dead,) = [r for r in mon.runs() if r["outcome"] == "running"]
+        assert dead["worker"].endswith(f":{proc.pid}")
+        assert mon.refit().outcome == "locked"  # alive and holding the lock: its record is left alone
+        assert [r["outcome"] for r in mon.runs() if r["id"] == dead["id"]] == ["running"]
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(30)
+        proc.stdout.close()
+    out = mon.refit()
+    assert out.outcome == "promoted", out
+    with store.engine.connect() as c:
+        rows = {r["id"]: dict(r) for r in c.execute(sa.select(refit_runs)).mappings().all()}
+    old = rows[dead["id"]]
+    assert old["outcome"] == "interrupted" and old["ended_ns"] >= old["started_ns"]
+    assert f":{proc.pid} started this refit" in old["message"] and "holds the refit lock" in old["message"]
+    assert not [r for r in rows.values() if r["outcome"] == "running"]
+    assert mon.runs()[0]["outcome"] == "promoted"
+    store.dispose()

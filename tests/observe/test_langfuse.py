@@ -1,5 +1,7 @@
-"""Langfuse export with the real langfuse 5.x SDK against the loopback Langfuse test double
-(tests/observe/langfuse_double.py; no Langfuse server can run here)."""
+"""Langfuse export with the real langfuse 5.x SDK against the loopback Langfuse-compatible test
+server (tests/langfuse_server.py, shared with the continuous-evaluation tests; it decodes the
+OTLP spans and checks score bodies against Langfuse's API spec and the SDK's own model; no
+Langfuse server can run here)."""
 
 from __future__ import annotations
 
@@ -21,7 +23,7 @@ def _wait(pred, timeout=10.0):
     return False
 
 
-def test_sdk_exports_spans_and_scores_without_touching_app_tracing(capture, langfuse_double, sqlite_url):
+def test_sdk_exports_spans_and_scores_without_touching_app_tracing(capture, langfuse_server, sqlite_url):
     from opentelemetry import trace
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import SimpleSpanProcessor
@@ -55,10 +57,10 @@ def test_sdk_exports_spans_and_scores_without_touching_app_tracing(capture, lang
     capture.feedback(tid, "label", "good", kind="categorical")
     capture.feedback(tid, "fix", "a better answer", kind="correction")
     assert capture.flush(15)
-    assert _wait(lambda: len(langfuse_double.spans) >= 2 and len(langfuse_double.scores) >= 4), (langfuse_double.errors, capture.stats())
-    assert not langfuse_double.errors, langfuse_double.errors
+    assert _wait(lambda: len(langfuse_server.spans) >= 2 and len(langfuse_server.scores) >= 4), (langfuse_server.errors, capture.stats())
+    assert not langfuse_server.errors, langfuse_server.errors
 
-    spans = {s["name"]: s for s in langfuse_double.spans}
+    spans = {s["name"]: s for s in langfuse_server.spans}
     assert set(spans) == {"llm", "handle"}  # ours only: the app's span is not sent to Langfuse
     assert spans["llm"]["trace_id"] == tid and spans["llm"]["parent_span_id"] == spans["handle"]["span_id"]
     a = spans["llm"]["attributes"]
@@ -66,7 +68,7 @@ def test_sdk_exports_spans_and_scores_without_touching_app_tracing(capture, lang
     assert json.loads(a["gen_ai.input.messages"])[0]["parts"][0]["content"] == "hi"
     assert spans["llm"]["scope"] == "autometrics" and spans["llm"]["resource"]["service.name"] == "lf"
 
-    by_name = {s["name"]: s for s in langfuse_double.scores}
+    by_name = {s["name"]: s for s in langfuse_server.scores}
     assert by_name["user_feedback"]["dataType"] == "BOOLEAN" and by_name["user_feedback"]["value"] == 1.0
     assert by_name["user_feedback"]["traceId"] == tid and by_name["user_feedback"]["comment"] == "thumbs up"
     assert (by_name["stars"]["dataType"], by_name["stars"]["value"]) == ("NUMERIC", 4.0)
@@ -93,7 +95,7 @@ def test_langfuse_off_and_missing_keys(capture, sqlite_url, monkeypatch):
     assert capture._runtime.langfuse is None
 
 
-def test_collector_forwards_otlp_and_feedback_to_langfuse(langfuse_double, tmp_path):
+def test_collector_forwards_otlp_and_feedback_to_langfuse(langfuse_server, tmp_path):
     from autometrics.collectors.server import CollectorServer
 
     from .test_collector import _otlp_request, _post
@@ -108,14 +110,14 @@ def test_collector_forwards_otlp_and_feedback_to_langfuse(langfuse_double, tmp_p
         code, _, _ = _post(srv.url, "/v1/feedback", json.dumps({"trace_id": tid, "name": "thumbs", "value": False}).encode(), hdr)
         assert code == 200
         assert srv.langfuse.flush(10)
-        assert _wait(lambda: len(langfuse_double.spans) == 5 and len(langfuse_double.scores) == 1), langfuse_double.errors
-        assert not langfuse_double.errors
-        assert langfuse_double.scores[0]["dataType"] == "BOOLEAN" and langfuse_double.scores[0]["value"] == 0.0
-        assert {s["attributes"]["gen_ai.request.model"] for s in langfuse_double.spans} == {"gpt-4o"}
+        assert _wait(lambda: len(langfuse_server.spans) == 5 and len(langfuse_server.scores) == 1), langfuse_server.errors
+        assert not langfuse_server.errors
+        assert langfuse_server.scores[0]["dataType"] == "BOOLEAN" and langfuse_server.scores[0]["value"] == 0.0
+        assert {s["attributes"]["gen_ai.request.model"] for s in langfuse_server.spans} == {"gpt-4o"}
         c = http.client.HTTPConnection(*srv.httpd.server_address[:2], timeout=5)
         c.request("GET", "/health")
         h = json.loads(c.getresponse().read())
         assert h["langfuse"]["otlp_requests_forwarded"] == 1
-        assert langfuse_double.secret_key not in json.dumps(h)
+        assert langfuse_server.secret_key not in json.dumps(h)
     finally:
         srv.stop()

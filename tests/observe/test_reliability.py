@@ -42,14 +42,14 @@ def _hammer(capture, n: int = 10_000) -> int:
 
 
 @pytest.mark.parametrize("backend", ["postgres-down+langfuse-down", "collector-down+langfuse-503"])
-def test_10000_calls_with_every_backend_failing(capture, langfuse_double, monkeypatch, caplog, backend):
+def test_10000_calls_with_every_backend_failing(capture, langfuse_server, monkeypatch, caplog, backend):
     monkeypatch.setenv("LANGFUSE_TIMEOUT", "1")
     if backend.startswith("postgres"):
         monkeypatch.setenv("LANGFUSE_BASE_URL", f"http://127.0.0.1:{_closed_port()}")
         capture.configure(store_url=f"postgresql+psycopg://u:secret-pw@127.0.0.1:{_closed_port()}/db", langfuse="on",
                           queue_size=2_000, flush_interval=0.05)
     else:
-        langfuse_double.fail = True
+        langfuse_server.fail_with(503)
         capture.configure(collector_url=f"http://127.0.0.1:{_closed_port()}", api_key="sk-never-logged", langfuse="on",
                           queue_size=2_000, flush_interval=0.05)
     caplog.set_level(logging.WARNING, logger="autometrics")
@@ -65,7 +65,7 @@ def test_10000_calls_with_every_backend_failing(capture, langfuse_double, monkey
     ours = [r for r in caplog.records if r.name.startswith("autometrics")]
     assert len(ours) <= 10, f"{len(ours)} log lines: failure logging is not rate-limited"
     text = "\n".join(r.getMessage() for r in caplog.records)
-    assert "secret-pw" not in text and "sk-never-logged" not in text and langfuse_double.secret_key not in text
+    assert "secret-pw" not in text and "sk-never-logged" not in text and langfuse_server.secret_key not in text
     t0 = time.perf_counter()
     capture.shutdown(1.0)
     assert time.perf_counter() - t0 < 3  # bounded even with every backend down
