@@ -50,12 +50,13 @@ class AutoMetricsOptions:
     concurrency: int | None = None
     timeout: float | None = None
     max_retries: int | None = None
+    backoff: float | None = None  # first retry delay in seconds (doubled per retry)
     cache: str | None = None  # cache path (default: user data dir); "off" disables
     min_labels_for_bank: int = MIN_LABELS_FOR_CONFIDENCE
 
 
 def _clients(opts: AutoMetricsOptions) -> tuple[LLMClient, LLMClient]:
-    over = {"concurrency": opts.concurrency, "timeout": opts.timeout, "max_retries": opts.max_retries}
+    over = {"concurrency": opts.concurrency, "timeout": opts.timeout, "max_retries": opts.max_retries, "backoff": opts.backoff}
     cache = False if opts.cache == "off" else LLMCache(opts.cache)
     usage = Usage()
     gen = LLMClient(LLMConfig.parse(opts.llm, **over), cache=cache, usage=usage)
@@ -171,8 +172,11 @@ def fit_autometrics(
         # ------------------------------------------------------------------- score
         echo(f"[{target}] scoring {len(candidates)} metrics on {n_lab} rows ...")
         scored_judges = [c for c in candidates if isinstance(c, LLMJudgeMetric)]
+        prefix_cache = None
         if scored_judges:
+            before = _scoring_counters(judge)
             prefetch_row_major(scored_judges, outputs, inputs)
+            prefix_cache = _prefix_cache_report(before, _scoring_counters(judge))
         X, meta, score_notes = score_metrics(candidates, outputs, inputs if lab.has_input else None, lab.references, progress=progress)
         if not any(meta[c]["generated"] for c in X.columns):
             notes.append("no generated judge could be scored")
@@ -209,14 +213,17 @@ def fit_autometrics(
         multi = None
         singles = [j for j in judges if j.spec.kind == "single" and j.name in X.columns]
         if opts.compare_multi and singles:
-            multi = _compare_multi(singles, judge, X, y, outputs, inputs, train_pos)
+            multi = _compare_multi(singles, judge, X, y, outputs, inputs, train_pos, refit=lambda Xm: fit_evaluator(
+                None, target, task=task, dataset=ds, features=(Xm, meta, score_notes), test_size=test_size, seed=seed,
+                top_n=top_n, n_boot=n_boot))
+            multi["tau_test_fit_single"] = result.evaluator.artifact["statistics"]["test"]["tau"]
 
         a["method"]["name"] = "autometrics-full"
         a["method"]["generator_counts"] = asdict(opts.counts)
         a["method"]["retrieve_k"] = opts.retrieve_k if bank_used else None
         a["method"]["bank_used"] = bank_used
         a["llm"] = {"generator": gen.config.public(), "judge": judge.config.public(), "usage": gen.usage.to_dict(),
-                    "multi_vs_single": multi, "seconds": round(time.perf_counter() - started, 1)}
+                    "multi_vs_single": multi, "scoring_prefix_cache": prefix_cache, "seconds": round(time.perf_counter() - started, 1)}
         a["generated"] = generated
         a["retrieval"] = retrieval.to_dict() if retrieval else None
         usage = a["llm"]["usage"]["total"]
@@ -232,27 +239,66 @@ def fit_autometrics(
         unbind_clients()
 
 
-def _compare_multi(singles, judge: LLMClient, X, y, outputs, inputs, train_pos) -> dict:
-    """Score the single-criterion judges in one call per training example and compare cost and
-    τ with one call per criterion on the same rows."""
+def _scoring_counters(client: LLMClient) -> dict:
+    """Prompt tokens sent by the scoring stages so far, and (for the embedded server) prompt
+    tokens the server actually evaluated, i.e. not served from its prefix cache."""
+    from .local_llm import server_prompt_stats
+
+    usage = client.usage.to_dict()
+    sent = sum(v.get("prompt_tokens", 0) for k, v in usage.items() if k.startswith("score:"))
+    stats = server_prompt_stats(client.config.model)
+    return {"sent": sent, "evaluated": stats["evaluated_prompt_tokens"] if stats else None}
+
+
+def _prefix_cache_report(before: dict, after: dict) -> dict | None:
+    sent = after["sent"] - before["sent"]
+    if after["evaluated"] is None or before["evaluated"] is None or sent <= 0:
+        return None
+    evaluated = after["evaluated"] - before["evaluated"]
+    return {"prompt_tokens_sent": sent, "prompt_tokens_evaluated": evaluated, "evaluated_share": round(evaluated / sent, 4),
+            "note": "judge prompts of one example share its prefix (case first, criterion last); the local server "
+                    "evaluates only what its prefix cache does not hold (counted from its timing log)"}
+
+
+def _compare_multi(singles, judge: LLMClient, X, y, outputs, inputs, train_pos, *, refit=None) -> dict:
+    """Beyond the paper: score the single-criterion judges in one call per example (all rows)
+    and compare with one call per criterion on the same data: cost, per-criterion τ on train and
+    test rows, and (``refit``) the held-out τ of the same regression fed the multi-mode scores."""
     before = judge.usage.to_dict()
-    rows = list(train_pos)
-    multi = score_multi([j.spec for j in singles], judge, [outputs[r] for r in rows], [inputs[r] for r in rows])
+    counters = _scoring_counters(judge)
+    multi = score_multi([j.spec for j in singles], judge, list(outputs), list(inputs))
     after = judge.usage.to_dict()
-    stage = after.get("score:multi", {})
-    prev = before.get("score:multi", {})
-    cost_multi = {k: stage.get(k, 0) - prev.get(k, 0) for k in ("requests", "calls", "prompt_tokens", "completion_tokens", "seconds", "parse_failures")}
+    evaluated = _prefix_cache_report(counters, _scoring_counters(judge))
+    keys = ("requests", "calls", "prompt_tokens", "completion_tokens", "seconds", "parse_failures")
+    cost_multi = {k: round(after.get("score:multi", {}).get(k, 0) - before.get("score:multi", {}).get(k, 0), 2) for k in keys}
+    if evaluated:
+        cost_multi["prompt_tokens_evaluated"] = evaluated["prompt_tokens_evaluated"]
     single_stage = after.get("score:single", {})
-    frac = len(rows) / max(1, len(y))
-    cost_single = {k: round(single_stage.get(k, 0) * frac, 1) for k in ("requests", "calls", "prompt_tokens", "completion_tokens", "seconds")}
+    cost_single = {k: round(single_stage.get(k, 0), 2) for k in keys}
+    train = np.zeros(len(y), dtype=bool)
+    train[list(train_pos)] = True
+
+    def tau(s, mask):
+        ok = mask & ~np.isnan(s)
+        return kendall_tau(s[ok], y[ok])[0] if ok.sum() >= 3 else math.nan
+
     per = []
     for j in singles:
-        s_single = X[j.name].to_numpy(dtype=float)[rows]
+        s_single = X[j.name].to_numpy(dtype=float)
         s_multi = multi[j.spec.feature_name]
-        def tau(s):
-            ok = ~np.isnan(s)
-            return kendall_tau(s[ok], y[rows][ok])[0] if ok.sum() >= 3 else math.nan
-        per.append({"feature": j.name, "tau_single": tau(s_single), "tau_multi": tau(s_multi),
+        per.append({"feature": j.name, "tau_single": tau(s_single, train), "tau_multi": tau(s_multi, train),
+                    "tau_test_single": tau(s_single, ~train), "tau_test_multi": tau(s_multi, ~train),
                     "missing_multi": int(np.isnan(s_multi).sum())})
-    return {"rows": len(rows), "cost_single_estimated": cost_single, "cost_multi": cost_multi, "criteria": per,
-            "note": "single-mode cost is the score:single stage scaled to the same rows (cache hits cost nothing)"}
+    out = {"rows": len(y), "cost_single": cost_single, "cost_multi": cost_multi, "criteria": per,
+           "note": "cost_single is the score:single stage of this fit (one call per criterion and example; "
+                   "LLM-cache hits cost nothing); cost_multi scores the same criteria on the same rows in one call per example"}
+    if refit is not None:
+        Xm = X.copy()
+        for j in singles:
+            Xm[j.name] = multi[j.spec.feature_name]
+        try:
+            out["tau_test_fit_multi"] = refit(Xm).evaluator.artifact["statistics"]["test"]["tau"]
+        except Exception as exc:  # the comparison must not break the fit
+            out["tau_test_fit_multi"] = None
+            out["refit_error"] = f"{type(exc).__name__}: {exc}"
+    return out

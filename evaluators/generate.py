@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .judges import JudgeSpec, LLMJudgeMetric
+from .judges import JudgeSpec, LLMJudgeMetric, prefetch_row_major
 from .llm import LLMClient, LLMConfig, dspy_lm
 from .stats import kendall_tau
 
@@ -62,8 +62,10 @@ def quintile_scores(y: np.ndarray) -> np.ndarray:
 
 def _examples_block(rows: list[tuple[str, str, float]]) -> str:
     out = []
-    for k, (i, o, s) in enumerate(rows, 1):
-        out.append(f"[{k}] (human rating {s:g})" + (f"\nInput: {_clip(i, 300)}" if i else "") + f"\nOutput: {_clip(o)}")
+    # no rating numbers: the block is already high- or low-rated, and small generators copy numbers
+    # back as "criteria"
+    for k, (i, o, _s) in enumerate(rows, 1):
+        out.append(f"[{k}]" + (f"\nInput: {_clip(i, 300)}" if i else "") + f"\nOutput: {_clip(o)}")
     return "\n\n".join(out)
 
 
@@ -77,7 +79,8 @@ def _parse_criteria(text: str) -> list[tuple[str, str]]:
         if m:
             name, desc = m.group(1).strip(" *\"'`"), m.group(2).strip(" *\"'`")
             # small models echo the format hint back ("Name: what a high score means"): not a criterion
-            if name.lower() in {"name", "criterion", "criteria", "description"} or "what a high score means" in desc.lower():
+            if (name.lower() in {"name", "criterion", "criteria", "description", "politeness"}
+                    or "what a high score means" in desc.lower() or re.search(r"human rating|\d{2}", name.lower())):
                 continue
             if 1 <= len(name.split()) <= 8:
                 out.append((name, desc))
@@ -103,14 +106,16 @@ def _signatures():
     class ProposeCriteria(dspy.Signature):
         """Humans rated outputs of a task. Compare the high-rated and the low-rated outputs and propose
         distinct evaluation criteria (axes of variation) that explain the difference in ratings. Each
-        criterion is one line 'Name: what a high score means'."""
+        criterion is one line: a short criterion name, a colon, then one sentence saying what a high
+        score means (for a customer-support task, e.g. 'Politeness: the reply thanks the customer and
+        avoids blunt wording')."""
 
         task: str = dspy.InputField()
         rating: str = dspy.InputField(desc="name of the human rating")
         high_rated: str = dspy.InputField()
         low_rated: str = dspy.InputField()
         count: int = dspy.InputField(desc="how many criteria to propose")
-        criteria: str = dspy.OutputField(desc="one criterion per line, 'Name: description'")
+        criteria: str = dspy.OutputField(desc="one criterion per line, criterion name, colon, one sentence")
 
     class MakeRubric(dspy.Signature):
         """Write a 1-5 scoring rubric for one evaluation criterion of a task: one sentence per level
@@ -152,12 +157,28 @@ class _Gen:
         return r.text or ""
 
 
+# Used only when the generator LLM proposes too few usable criteria (small local models); the
+# fit's notes say so, and the regression still decides whether they predict the human rating.
+GENERIC_AXES = [
+    ("Task fulfilment", "the output does what the task asks, completely"),
+    ("Faithfulness to the input", "the output is consistent with the input and adds nothing false"),
+    ("Fluency", "the output is grammatical, natural text"),
+    ("Clarity", "the output is easy to read and understand"),
+    ("Conciseness", "the output has no unnecessary content"),
+    ("Helpfulness", "a user would find the output useful"),
+    ("Specificity", "the output is concrete rather than vague or generic"),
+    ("Coherence", "the output is well organised and logically consistent"),
+    ("Correctness", "statements in the output are accurate"),
+    ("Appropriate tone", "the style suits the task and its audience"),
+]
+
+
 def propose_axes(gen: _Gen, task: str, target: str, inputs, outputs, y, n: int, rng) -> list[tuple[str, str]]:
     order = np.argsort(y)
     k = min(5, max(1, len(y) // 4))
     low_pool, high_pool = order[: max(k, len(y) // 5)], order[-max(k, len(y) // 5):]
     axes: list[tuple[str, str]] = []
-    for attempt in range(3):
+    for attempt in range(2):
         if len(axes) >= n:
             break
         hi_idx = rng.choice(high_pool, size=min(k, len(high_pool)), replace=False)
@@ -175,8 +196,9 @@ def propose_axes(gen: _Gen, task: str, target: str, inputs, outputs, y, n: int, 
         found = _parse_criteria(text)
         if not found:
             prompt = (f"Task: {task}\nHumans rated outputs ({target}).\n\nHIGH-rated outputs:\n{high}\n\nLOW-rated outputs:\n{low}\n\n"
-                      f"List {want} distinct criteria that explain why some outputs were rated higher. "
-                      "One per line, formatted exactly as 'Name: what a high score means'.")
+                      f"List {want} distinct criteria that explain why some outputs were rated higher. One per line: "
+                      "a short criterion name, a colon, then what a high score means. Example line for a different "
+                      "task: 'Politeness: the reply thanks the customer and avoids blunt wording'.")
             found = _parse_criteria(gen.plain(prompt, "generate:axes", 64 * want + 64))
         axes = _dedupe(axes + found)
     return axes[:n]
@@ -213,37 +235,48 @@ def make_rubric(gen: _Gen, task: str, name: str, desc: str) -> tuple[dict[str, s
     return {str(i + 1): f"The output {a}: {desc}" for i, a in enumerate(anchors)}, True
 
 
-def _tau_of(spec: JudgeSpec, judge: LLMConfig, outputs, inputs, y) -> float:
-    m = LLMJudgeMetric.from_spec(spec, judge)
-    s = m.score(outputs, inputs=inputs)
-    ok = ~np.isnan(s)
+def _tau(scores: np.ndarray, y) -> float:
+    ok = ~np.isnan(scores)
     if ok.sum() < 3:
         return math.nan
-    return kendall_tau(s[ok], np.asarray(y)[ok])[0]
+    return kendall_tau(scores[ok], np.asarray(y, dtype=float)[ok])[0]
 
 
 def example_judge(task, target, inputs, outputs, y, counts: GeneratorCounts, judge: LLMConfig, rng) -> JudgeSpec:
+    """The example-based judge: ``example_sets`` candidate sets of demonstrations (one per label
+    quintile), each judged on the same training rows (not used as demonstrations); the set with
+    the best Kendall τ wins.  The candidates are asked row by row, so each row's text is
+    evaluated once by a prefix-caching server; the winner's replies on those rows are cached."""
     q = quintile_scores(y)
     n = len(y)
-    best, best_tau, tried = None, -math.inf, []
+    demo_sets = []
     for _s in range(max(1, counts.example_sets)):
         demo_idx = []
         for level in range(1, 6):
             pool = np.flatnonzero(q == level)
             if len(pool):
                 demo_idx.append(int(rng.choice(pool)))
-        rest = np.setdiff1d(np.arange(n), demo_idx)
-        eval_idx = rng.choice(rest, size=min(counts.example_eval_rows, len(rest)), replace=False) if len(rest) else rest
-        spec = JudgeSpec(
-            kind="example", criterion=f"Overall {target}", task=task,
-            description=f"how the human raters would rate the output ({target}); match the scored examples",
-            demonstrations=[{"input": _clip(inputs[i], 400), "output": _clip(outputs[i]), "score": int(q[i])} for i in demo_idx],
-        )
-        tau = _tau_of(spec, judge, [outputs[i] for i in eval_idx], [inputs[i] for i in eval_idx], np.asarray(y)[eval_idx]) if len(eval_idx) else math.nan
-        tried.append(None if math.isnan(tau) else round(float(tau), 4))
-        if best is None or (not math.isnan(tau) and tau > best_tau):
-            best, best_tau = spec, (tau if not math.isnan(tau) else -math.inf)
-    best.origin = {"selection": "best of demonstration sets by Kendall tau on training rows", "set_taus": tried}
+        demo_sets.append(demo_idx)
+    used = sorted({i for d in demo_sets for i in d})
+    rest = np.setdiff1d(np.arange(n), used)
+    if len(rest) < 3:  # tiny data: judge on every row rather than none
+        rest = np.arange(n)
+    eval_idx = rng.choice(rest, size=min(counts.example_eval_rows, len(rest)), replace=False)
+    specs = [JudgeSpec(
+        kind="example", criterion=f"Overall {target}", task=task,
+        description=f"how the human raters would rate the output ({target}); match the scored examples",
+        demonstrations=[{"input": _clip(inputs[i], 400), "output": _clip(outputs[i]), "score": int(q[i])} for i in d],
+    ) for d in demo_sets]
+    metrics = [LLMJudgeMetric.from_spec(s, judge) for s in specs]
+    ev_out, ev_in = [outputs[i] for i in eval_idx], [inputs[i] for i in eval_idx]
+    prefetch_row_major(metrics, ev_out, ev_in)
+    y_ev = np.asarray(y, dtype=float)[eval_idx]
+    taus = [_tau(m.score(ev_out, inputs=ev_in), y_ev) for m in metrics]
+    tried = [None if math.isnan(t) else round(float(t), 4) for t in taus]
+    ranked = [k for k in np.argsort([-(t if not math.isnan(t) else -math.inf) for t in taus], kind="stable")]
+    best = specs[int(ranked[0])]
+    best.origin = {"selection": f"best of {len(specs)} demonstration sets by Kendall tau on {len(eval_idx)} training rows",
+                   "set_taus": tried}
     return best
 
 
@@ -296,7 +329,10 @@ def generate_judges(task: str | None, target: str, inputs: list[str], outputs: l
     n_axes = max(counts.n_single, counts.n_rubric)
     axes = propose_axes(gen, task, target, inputs, outputs, y, n_axes, rng) if n_axes else []
     if len(axes) < n_axes:
-        notes.append(f"the generator proposed {len(axes)} usable criteria of {n_axes} asked")
+        generic = [a for a in GENERIC_AXES if a[0].lower() not in {x[0].lower() for x in axes}][: n_axes - len(axes)]
+        notes.append(f"the generator proposed {len(axes)} usable criteria of {n_axes} asked; "
+                     f"{len(generic)} generic task-independent criteria filled in: " + ", ".join(g[0] for g in generic))
+        axes = axes + generic
     for name, desc in axes[: counts.n_single]:
         specs.append(JudgeSpec(kind="single", criterion=name, description=desc, task=task, origin=origin))
     for name, desc in axes[: counts.n_rubric]:

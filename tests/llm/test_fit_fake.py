@@ -84,3 +84,75 @@ def test_retrieval_with_bank_and_dry_run(fake, env):
         assert a["method"]["bank_used"] and a["retrieval"]["reranked"]
         assert len(a["retrieval"]["names"]) == 6
         assert a["llm"]["usage"]["retrieve:rerank"]["requests"] >= 6
+
+
+def _fingerprint(artifact: dict) -> dict:
+    return {
+        "judges": [(g["feature"], g["spec"]["criterion"], g["spec"].get("rubric"), g["spec"].get("demonstrations"))
+                   for g in artifact["generated"]],
+        "features": [(f["feature"], round(f["weight"], 9)) for f in artifact["features"]],
+        "test_tau": artifact["statistics"]["test"]["tau"],
+    }
+
+
+def test_thirty_percent_faults_give_the_same_evaluator_as_a_clean_run(fake, tmp_path, monkeypatch):
+    """Issue #3: with 30 % of requests failing (429, 500, timeouts, malformed bodies), retries
+    (and the cache) make the fit produce exactly the evaluator of a fault-free run."""
+    monkeypatch.setenv("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    counts = GeneratorCounts(n_single=2, n_rubric=1, n_example=1, n_optimized=0, example_sets=2, example_eval_rows=6)
+    results = {}
+    for name, rate in (("clean", 0.0), ("faulty", 0.3)):
+        with fake(judge=_judge, fault_rate=rate, seed=7, timeout_sleep=0.6) as srv:
+            opts = AutoMetricsOptions(llm=f"openai/fake@{srv.url}", counts=counts, timeout=0.4, max_retries=8,
+                                      backoff=0.02, concurrency=2, rationales=1, cache=str(tmp_path / f"{name}.sqlite"))
+            res = fit_autometrics(_data(30), "score", task="Answer briefly", options=opts, n_boot=50)
+            results[name] = (res.evaluator.artifact, srv.modes)
+    clean, faulty = results["clean"][0], results["faulty"][0]
+    modes = results["faulty"][1]
+    assert sum(m != "ok" for m in modes) / len(modes) > 0.2  # the faults really happened
+    assert {"429", "500", "timeout", "malformed"} <= set(modes)
+    assert faulty["llm"]["usage"]["total"]["retries"] >= sum(m != "ok" for m in modes)
+    assert faulty["llm"]["usage"]["total"]["failures"] == 0
+    assert _fingerprint(faulty) == _fingerprint(clean)
+
+
+def test_judge_prompts_share_the_case_prefix():
+    """Every judge kind puts the case (task, input, output) first, so a prefix cache serves all
+    criteria of one example; the judge-specific parts come after it."""
+    from autometrics.evaluators.judges import JudgeSpec, judge_messages
+
+    specs = [JudgeSpec(kind="single", criterion="Fluency", description="fluent", task="T"),
+             JudgeSpec(kind="rubric", criterion="Clarity", task="T", rubric={str(i): f"level {i}" for i in range(1, 6)}),
+             JudgeSpec(kind="example", criterion="Overall", task="T",
+                       demonstrations=[{"input": "x" * 900, "output": "y", "score": 3}]),
+             JudgeSpec(kind="optimized", criterion="Overall", task="T", instructions="Be harsh.")]
+    msgs = [judge_messages(s, "the output text", "the input text") for s in specs]
+    case = "Task: T\n\nInput:\nthe input text\n\nOutput:\nthe output text\n\n"
+    for m in msgs:
+        assert m[0] == msgs[0][0]  # one system message for all
+        assert m[1]["content"].startswith(case)
+    demo = msgs[2][1]["content"]
+    assert "x" * 300 in demo and "x" * 301 not in demo  # demonstrations are clipped
+
+
+def test_prompt_optimized_judge_runs_dspy_miprov2(fake, env):
+    """The prompt-optimized judge: DSPy MIPROv2 (instruction proposals + labelled demos) on a
+    small budget; the result is frozen into a JudgeSpec and scored like the other judges."""
+    counts = GeneratorCounts(n_single=1, n_rubric=0, n_example=0, n_optimized=1, optimized_trials=2,
+                             optimized_candidates=2, optimized_rows=10)
+    with fake(judge=_judge) as srv:
+        opts = AutoMetricsOptions(llm=f"openai/fake@{srv.url}", counts=counts, rationales=1, backoff=0.01)
+        res = fit_autometrics(_data(30), "score", task="Answer briefly", options=opts, n_boot=50)
+        a = res.evaluator.artifact
+        notes = a["llm"].get("notes") or []
+        opt = [g for g in a["generated"] if g["kind"] == "optimized"]
+        assert opt, f"no optimized judge; notes: {notes}"
+        spec = opt[0]["spec"]
+        assert spec["origin"]["optimizer"] == "dspy.MIPROv2"
+        assert spec["instructions"] and isinstance(spec["demonstrations"], list)
+        # proposals (dataset/program summaries, instruction candidates) and trial evaluations ran
+        assert a["llm"]["usage"]["generate:optimize"]["requests"] >= 2 * counts.optimized_trials
+        assert a["llm"]["usage"]["score:optimized"]["requests"] >= 30
+        # the frozen judge is scored from its spec: its prompt carries the optimized instructions
+        prompts = [r["messages"][-1]["content"] for r in srv.requests if r.get("max_tokens") == 1]
+        assert any(spec["instructions"].strip() in p for p in prompts)
