@@ -229,6 +229,25 @@ class Evaluator:
         scores = self.score_texts(ds.outputs, ds.inputs if ds.has_input else None, ds.references, progress=progress)
         return pd.concat([original.reset_index(drop=True), scores], axis=1)
 
+    # ---------------------------------------------------------------- rewards
+    def as_dspy_metric(self, *, input_field: str | list[str] | None = None, output_field: str | None = None,
+                       reference_field: str | None = None, normalize: bool = True, top_k: int = 3,
+                       rationales: bool = True):
+        """This evaluator as a DSPy metric for ``dspy.GEPA`` / ``dspy.MIPROv2`` / ``dspy.Evaluate``:
+        ``metric(example, prediction, trace=None, pred_name=None, pred_trace=None)`` returns
+        ``dspy.Prediction(score=float, feedback=str)``.
+
+        Field names default to the training data's column names (input, output, first reference
+        column).  ``normalize``: rescale the predicted judgment to 0..1 with the training labels'
+        range (GEPA's default ``perfect_score`` is 1.0).  Feedback: the generated judges'
+        rationales (one extra LLM call per judge when ``rationales``) and the ``top_k`` metrics
+        that moved the score most.  A prediction without the output field raises
+        :class:`~.reward.RewardInputError` naming the field.  See :mod:`.reward`."""
+        from .reward import EvaluatorReward
+
+        return EvaluatorReward(self, input_field=input_field, output_field=output_field, reference_field=reference_field,
+                               normalize=normalize, top_k=top_k, rationales=rationales)
+
 
 @dataclass
 class FitResult:

