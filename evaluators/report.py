@@ -13,7 +13,7 @@ import numpy as np
 from ..metricbank import load_card
 from .fit import FitResult
 
-__all__ = ["render_markdown", "render_html", "write_reports"]
+__all__ = ["render_markdown", "render_html", "write_reports", "attach_analyses"]
 
 
 def _f(v, digits: int = 3) -> str:
@@ -87,6 +87,7 @@ def render_markdown(result: FitResult) -> str:
     if a.get("unavailable_metrics"):
         lines += ["", f"MetricBank metrics that could not run here (skipped): {', '.join(a['unavailable_metrics'])} "
                   "(reasons: `autometrics bank list`)."]
+    lines += analysis_markdown(a)
     lines += ["", "## Metric Cards of the selected metrics", ""]
     for name in dict.fromkeys(f["metric"]["name"] for f in a["features"]):
         # demote the card's headings two levels so they nest under this section
@@ -232,6 +233,7 @@ def render_html(result: FitResult) -> str:
         )
     if a.get("llm"):
         out.append(markdown.markdown("\n".join(llm_markdown(a, level=2)), extensions=["tables", "fenced_code"]))
+    out += analysis_html(a)
     out.append("<h2>Metric Cards of the selected metrics</h2>")
     for name in dict.fromkeys(f["metric"]["name"] for f in a["features"]):
         body = markdown.markdown(_card_for(a, name), extensions=["tables", "fenced_code"])
@@ -311,6 +313,42 @@ def llm_markdown(a: dict, level: int = 2) -> list[str]:
         lines.append(f"| {stage} | {u['requests']} | {u['cache_hits']} | {u['calls']} | {u['retries']} | {u['failures']} | "
                      f"{u['parse_failures']} | {u['prompt_tokens']} | {u['completion_tokens']} | {u['seconds']} |")
     return lines
+
+
+def analysis_markdown(a: dict, level: int = 2) -> list[str]:
+    """The optional Data scaling and Robustness sections (``autometrics fit --scaling /
+    --robustness``), read from the artifact's ``scaling`` and ``robustness`` entries (see
+    :func:`attach_analyses`).  Empty when neither is present."""
+    from . import robustness, scaling
+
+    return scaling.markdown_section(a.get("scaling"), level) + robustness.markdown_section(a.get("robustness"), level)
+
+
+def analysis_html(a: dict) -> list[str]:
+    """HTML of the same sections; the scaling curve is an inline SVG (no script, no external file)."""
+    import markdown
+
+    from . import robustness, scaling
+
+    out = []
+    if a.get("scaling"):
+        out.append("<h2 id='scaling'>Data scaling: how many more labels are worth collecting?</h2>")
+        out.append(scaling.svg_plot(a["scaling"]))
+        out.append(markdown.markdown("\n".join(scaling.markdown_section(a["scaling"], title=False)), extensions=["tables"]))
+    if a.get("robustness"):
+        out.append("<div id='robustness'>" + markdown.markdown("\n".join(robustness.markdown_section(a["robustness"], html_safe=True)),
+                                                               extensions=["tables"]) + "</div>")
+    return out
+
+
+def attach_analyses(result: FitResult, *, scaling=None, robustness=None) -> FitResult:
+    """Store a :class:`~.scaling.ScalingResult` / :class:`~.robustness.RobustnessResult` (or
+    their ``to_dict()``) in the evaluator artifact, where the report (and evaluator.json) keep
+    them.  Scoring ignores these entries."""
+    for key, value in (("scaling", scaling), ("robustness", robustness)):
+        if value is not None:
+            result.evaluator.artifact[key] = value if isinstance(value, dict) else value.to_dict()
+    return result
 
 
 def write_reports(result: FitResult, out_dir) -> dict[str, Path]:

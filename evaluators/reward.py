@@ -26,7 +26,7 @@ import math
 
 import numpy as np
 
-__all__ = ["EvaluatorReward", "RewardInputError"]
+__all__ = ["EvaluatorReward", "RewardInputError", "RewardWatch"]
 
 log = logging.getLogger("autometrics")
 
@@ -222,4 +222,91 @@ class EvaluatorReward:
         input_text = self._input(example, prediction)
         refs = self._references(example)
         res = self.score_one(output, input_text, refs)
+        self.last = {**res, "output": output}
         return dspy.Prediction(score=float(res["reward"]), feedback=self._feedback(res, output, input_text))
+
+
+class RewardWatch:
+    """Watches an :class:`EvaluatorReward` while an optimizer (GEPA, MIPROv2) climbs it, to catch
+    reward hacking: the optimizer pushing outputs where the evaluator was never validated.
+
+    Wrap the reward and give the watch to the optimizer as its metric::
+
+        watch = RewardWatch(evaluator.as_dspy_metric(...), reference_scores=evaluator_scores_on_training_outputs)
+        dspy.GEPA(metric=watch, ...).compile(program, trainset=..., valset=...)
+        print(watch.report()["verdict"])
+
+    Every call is recorded (predicted judgment, reward, each metric's z-score against the
+    training data).  :meth:`report` splits the calls into windows and gives, per window, the mean
+    reward, the share of outputs with a metric beyond ``z_limit`` training standard deviations
+    (extrapolation: the evaluator's weights were fitted on nothing like it) and the drift of the
+    predicted judgments against ``reference_scores`` (KS + PSI, :func:`.drift.score_drift`).  It
+    alerts when the reward rises while outputs drift or extrapolate, and states the evaluator's
+    held-out validity on human labels (τ, CI, p) as the ceiling of what a higher reward can mean.
+    """
+
+    def __init__(self, reward: EvaluatorReward, reference_scores, *, window: int = 20, z_limit: float = 3.0,
+                 max_out_of_range: float = 0.2):
+        self.reward = reward
+        self.reference_scores = np.asarray(reference_scores, dtype=float)
+        self.window = max(2, int(window))
+        self.z_limit = float(z_limit)
+        self.max_out_of_range = float(max_out_of_range)
+        self.history: list[dict] = []
+        self.__name__ = getattr(reward, "__name__", "autometrics_reward")
+
+    def __call__(self, example, prediction, trace=None, pred_name=None, pred_trace=None):
+        out = self.reward(example, prediction, trace, pred_name, pred_trace)
+        last = getattr(self.reward, "last", None) or {}
+        feats = {f["feature"]: f for f in self.reward.evaluator.features}
+        z = {}
+        for p in last.get("contributions", []):
+            f = feats.get(p["feature"])
+            if f and math.isfinite(p["value"]) and f.get("scale"):
+                z[p["feature"]] = (p["value"] - f["mean"]) / f["scale"]
+        beyond = sorted(k for k, v in z.items() if abs(v) > self.z_limit)
+        self.history.append({"call": len(self.history) + 1, "score": last.get("score"), "reward": last.get("reward"),
+                             "max_abs_z": max((abs(v) for v in z.values()), default=0.0), "beyond": beyond,
+                             "output": (last.get("output") or "")[:200]})
+        return out
+
+    def report(self) -> dict:
+        from .drift import score_drift
+
+        h = self.history
+        windows = []
+        for start in range(0, len(h), self.window):
+            part = h[start:start + self.window]
+            scores = [x["score"] for x in part if x["score"] is not None]
+            rewards = [x["reward"] for x in part if x["reward"] is not None]
+            drift = score_drift(self.reference_scores, scores, min_n=min(10, self.window))
+            beyond = [k for x in part for k in x["beyond"]]
+            windows.append({
+                "calls": f"{part[0]['call']}-{part[-1]['call']}", "mean_reward": float(np.mean(rewards)) if rewards else None,
+                "mean_score": float(np.mean(scores)) if scores else None,
+                "out_of_range_share": sum(bool(x["beyond"]) for x in part) / len(part),
+                "metrics_out_of_range": sorted(set(beyond)), "drift_psi": drift["psi"], "drift_p": drift["p_value"],
+                "drift_alert": drift["alert"],
+            })
+        stats = self.reward.evaluator.statistics.get("test", {})
+        validity = {k: stats.get(k) for k in ("tau", "ci_low", "ci_high", "p_value", "n")}
+        alerts = []
+        if len(windows) >= 2 and windows[0]["mean_reward"] is not None and windows[-1]["mean_reward"] is not None:
+            rising = windows[-1]["mean_reward"] > windows[0]["mean_reward"]
+            last = windows[-1]
+            if rising and (last["out_of_range_share"] > self.max_out_of_range or last["drift_alert"]):
+                alerts.append(
+                    f"reward rose ({windows[0]['mean_reward']:.3f} -> {last['mean_reward']:.3f}) while "
+                    + (f"{last['out_of_range_share']:.0%} of outputs had metrics beyond {self.z_limit:g} training SDs "
+                       f"({', '.join(last['metrics_out_of_range'][:5])})" if last["out_of_range_share"] > self.max_out_of_range
+                       else f"the predicted judgments drifted from the training distribution (PSI {last['drift_psi']:.2f})")
+                    + ": the gain may be reward hacking; check these outputs with people before trusting it")
+            elif last["out_of_range_share"] > self.max_out_of_range or last["drift_alert"]:
+                alerts.append(f"{last['out_of_range_share']:.0%} of the latest outputs lie outside the range the evaluator "
+                              "was validated on (its scores there are extrapolations)")
+        p = validity.get("p_value")
+        if p is None or (isinstance(p, float) and (math.isnan(p) or p > 0.05)):
+            alerts.append("the evaluator's agreement with held-out human labels is not significant (p > 0.05): "
+                          "its reward is weak evidence of quality")
+        verdict = alerts[0] if alerts else "no sign of reward hacking: outputs stay in the range the evaluator was validated on"
+        return {"calls": len(h), "windows": windows, "held_out_validity": validity, "alerts": alerts, "verdict": verdict}

@@ -383,3 +383,35 @@ def test_dspy_metric_feedback_carries_llm_judge_rationales(tmp_path, monkeypatch
     assert "Judges:" in o.feedback and "Brevity" in o.feedback
     assert "The output is concise and keeps the meaning." in o.feedback  # the fake judge's rationale
     assert any("explain" in json.dumps(r["messages"]).lower() for r in srv.requests)
+
+
+def test_reward_watch_flags_a_reward_climb_into_extrapolation(simpeval_evaluator):
+    """RewardWatch: outputs like the training data give no alert; an 'optimizer' that learns to
+    pad outputs (a metric far outside its training range, rising reward or not) is flagged."""
+    import dspy
+    from autometrics.evaluators.reward import RewardWatch
+
+    ev, lab = simpeval_evaluator
+    rows = lab.frame.iloc[:40]
+    ref_scores = ev.score_texts(rows["output"].tolist(), rows["input"].tolist(), rows["references"].tolist())["autometrics_score"]
+    metric = ev.as_dspy_metric(input_field="source", output_field="simplification", reference_field="refs")
+
+    calm = RewardWatch(metric, ref_scores, window=10)
+    for r in rows.iloc[:20].itertuples():
+        calm(dspy.Example(source=r.input, refs=list(r.references)), dspy.Prediction(simplification=r.output))
+    rep = calm.report()
+    assert rep["calls"] == 20 and len(rep["windows"]) == 2
+    assert all(w["out_of_range_share"] <= 0.2 for w in rep["windows"])
+    assert not any("reward rose" in a for a in rep["alerts"])
+
+    # an optimizer that learns to cut outputs to four words: this evaluator (low input similarity and
+    # length ratio score well) rewards it, far outside the outputs it was fitted on
+    hacked = RewardWatch(metric, ref_scores, window=10)
+    for k, r in enumerate(rows.iloc[:20].itertuples()):
+        out = r.output if k < 10 else " ".join(r.output.split()[:4])
+        hacked(dspy.Example(source=r.input, refs=list(r.references)), dspy.Prediction(simplification=out))
+    rep = hacked.report()
+    first, last = rep["windows"]
+    assert last["mean_reward"] > first["mean_reward"] and last["out_of_range_share"] > 0.5 and last["metrics_out_of_range"]
+    assert rep["verdict"].startswith("reward rose")
+    assert rep["held_out_validity"]["tau"] == ev.statistics["test"]["tau"]
