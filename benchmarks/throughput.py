@@ -65,7 +65,6 @@ def naive_calls():
 
 def main() -> None:
     import pandas as pd
-
     from autometrics.evaluators.data import load_dataset
     from autometrics.metricbank import default_metrics
 

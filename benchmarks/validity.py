@@ -15,11 +15,10 @@ import time
 from pathlib import Path
 
 import numpy as np
-from scipy import stats
-
 from autometrics.evaluators.data import load_dataset
 from autometrics.evaluators.fit import fit_evaluator, score_metrics
 from autometrics.metricbank import default_metrics
+from scipy import stats
 
 HERE = Path(__file__).resolve().parent
 SHARED = HERE.parent.parent / "shared" / "datasets"

@@ -102,7 +102,7 @@ def score_metrics(
             notes.append(f"{metric.name}: failed ({type(exc).__name__}: {exc})")
             continue
         seconds = time.perf_counter() - started
-        for fname, fsig, hib in zip(metric.feature_names(), metric.feature_signatures(), metric.feature_higher_is_better()):
+        for fname, fsig, hib in zip(metric.feature_names(), metric.feature_signatures(), metric.feature_higher_is_better(), strict=True):
             columns[fname] = values[fname]
             meta[fname] = {
                 "feature": fname,

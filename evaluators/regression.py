@@ -74,7 +74,7 @@ class PLSMetricSelector:
         selected = ranked[: self.top_n]
         while True:
             coef, intercept = _pls_1(Z[:, selected], y)
-            bad = [j for j, c in zip(selected, coef) if self.drop_negative_generated and generated[j] and c < 0]
+            bad = [j for j, c in zip(selected, coef, strict=True) if self.drop_negative_generated and generated[j] and c < 0]
             if not bad or len(bad) == len(selected):
                 break
             selected = [j for j in selected if j not in bad]

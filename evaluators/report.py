@@ -146,9 +146,9 @@ def _svg_scatter(result: FitResult, width: int = 520, height: int = 380) -> str:
         parts.append(f'<line x1="{ml - 4}" y1="{sy(t):.1f}" x2="{ml}" y2="{sy(t):.1f}" stroke="#888"/>')
         parts.append(f'<text x="{ml - 6}" y="{sy(t) + 4:.1f}" text-anchor="end">{t:.3g}</text>')
     parts.append(f'<line x1="{sx(lo):.1f}" y1="{sy(lo):.1f}" x2="{sx(hi):.1f}" y2="{sy(hi):.1f}" stroke="#bbb" stroke-dasharray="4 4"/>')
-    for x, y in zip(tr["human"], tr["predicted"]):
+    for x, y in zip(tr["human"], tr["predicted"], strict=False):
         parts.append(f'<circle cx="{sx(x):.1f}" cy="{sy(y):.1f}" r="2.6" fill="#9aa5b1" fill-opacity="0.45"/>')
-    for x, y in zip(te["human"], te["predicted"]):
+    for x, y in zip(te["human"], te["predicted"], strict=False):
         parts.append(f'<circle cx="{sx(x):.1f}" cy="{sy(y):.1f}" r="3.2" fill="#3b7dd8" fill-opacity="0.8"/>')
     parts.append(f'<text x="{(ml + width - mr) / 2:.0f}" y="{height - 8}" text-anchor="middle">human score</text>')
     parts.append(f'<text x="14" y="{(mt + height - mb) / 2:.0f}" text-anchor="middle" transform="rotate(-90 14 {(mt + height - mb) / 2:.0f})">predicted score</text>')

@@ -7,7 +7,6 @@ import json
 import numpy as np
 import pandas as pd
 import pytest
-
 from autometrics.evaluators.data import DataError, load_dataset, parse_labels
 
 

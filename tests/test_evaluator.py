@@ -5,9 +5,7 @@ from __future__ import annotations
 import json
 
 import numpy as np
-import pandas as pd
 import pytest
-
 from autometrics.evaluators.fit import SCORE_COLUMN, Evaluator, fit_evaluator
 from autometrics.metricbank import get_metric
 

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from sklearn.cross_decomposition import PLSRegression
-
 from autometrics.evaluators.regression import PLSMetricSelector
+from sklearn.cross_decomposition import PLSRegression
 
 
 def _data(n=200, seed=0):

@@ -7,7 +7,6 @@ import shutil
 import subprocess
 
 import pytest
-
 from autometrics.evaluators.fit import fit_evaluator
 from autometrics.evaluators.report import render_markdown, write_reports
 

@@ -13,7 +13,6 @@ import sys
 import threading
 
 import pytest
-
 from autometrics.collectors.store import SCHEMA_VERSION
 
 KEY = {"Authorization": "Bearer test-key"}
