@@ -43,6 +43,8 @@ def main(argv=None) -> int:
     p.add_argument("--counts", default="paper", help="paper | quick | 'single,rubric,example,optimized' e.g. 10,5,1,0")
     p.add_argument("--no-multi", action="store_true", help="skip the multi-criterion comparison")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--cache", default=None, help="LLM cache file to resume an interrupted run (default: a fresh temporary "
+                   "file; cached calls cost nothing and are not counted as sent or evaluated tokens)")
     p.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
     args = p.parse_args(argv)
 
@@ -62,7 +64,7 @@ def main(argv=None) -> int:
         print(f"the {args.model} model is not installed: autometrics llm install --model {args.model}", file=sys.stderr)
         return 2
 
-    cache = Path(tempfile.mkdtemp(prefix="autometrics-bench-")) / "llm-cache.sqlite"
+    cache = Path(args.cache) if args.cache else Path(tempfile.mkdtemp(prefix="autometrics-bench-")) / "llm-cache.sqlite"
     opts = AutoMetricsOptions(llm=f"local:{args.model}", counts=counts, cache=str(cache), compare_multi=not args.no_multi,
                               rationales=1)
     print(f"{args.data}/{target}: {len(df)} rows, model {args.model}, counts {counts}", flush=True)
