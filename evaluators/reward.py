@@ -275,11 +275,14 @@ class RewardWatch:
 
         h = self.history
         windows = []
-        for start in range(0, len(h), self.window):
-            part = h[start:start + self.window]
+        starts = list(range(0, len(h), self.window))
+        if len(starts) > 1 and len(h) - starts[-1] < self.window / 2:  # a short tail joins the window before it
+            starts.pop()
+        for k, start in enumerate(starts):
+            part = h[start:starts[k + 1] if k + 1 < len(starts) else len(h)]
             scores = [x["score"] for x in part if x["score"] is not None]
             rewards = [x["reward"] for x in part if x["reward"] is not None]
-            drift = score_drift(self.reference_scores, scores, min_n=min(10, self.window))
+            drift = score_drift(self.reference_scores, scores, min_n=10)
             beyond = [k for x in part for k in x["beyond"]]
             windows.append({
                 "calls": f"{part[0]['call']}-{part[-1]['call']}", "mean_reward": float(np.mean(rewards)) if rewards else None,
@@ -301,9 +304,13 @@ class RewardWatch:
                        f"({', '.join(last['metrics_out_of_range'][:5])})" if last["out_of_range_share"] > self.max_out_of_range
                        else f"the predicted judgments drifted from the training distribution (PSI {last['drift_psi']:.2f})")
                     + ": the gain may be reward hacking; check these outputs with people before trusting it")
-            elif last["out_of_range_share"] > self.max_out_of_range or last["drift_alert"]:
+            elif last["out_of_range_share"] > self.max_out_of_range:
                 alerts.append(f"{last['out_of_range_share']:.0%} of the latest outputs lie outside the range the evaluator "
                               "was validated on (its scores there are extrapolations)")
+            elif last["drift_alert"]:
+                alerts.append(f"the predicted judgments of the latest outputs drifted from those of the training outputs "
+                              f"(PSI {last['drift_psi']:.2f}): the program now writes unlike the outputs the evaluator was "
+                              "fitted on, so its reward is less certain there")
         p = validity.get("p_value")
         if p is None or (isinstance(p, float) and (math.isnan(p) or p > 0.05)):
             alerts.append("the evaluator's agreement with held-out human labels is not significant (p > 0.05): "

@@ -38,16 +38,16 @@ def _say(quiet: bool, msg: str) -> None:
 
 #: rows per phase (labelled first batch, labelled second batch, unlabelled, late-rated) on the
 #: LLM path: every row costs one judge call per generated criterion on the local CPU model
-LLM_DEMO_ROWS = (40, 30, 40, 30)
+LLM_DEMO_ROWS = (30, 20, 20, 20)
 
 
 def demo_llm_options(size: str):
-    """The LLM demo's budget: 2 single-criterion judges and 1 rubric judge from the embedded
-    model, one rationale each: minutes on 2 cores (the paper's 10/5/1/1 would take hours)."""
+    """The LLM demo's budget: 1 single-criterion judge and 1 rubric judge from the embedded
+    model, one rationale each (the paper's 10/5/1/1 would take hours on 2 cores)."""
     from .evaluators.autometrics import AutoMetricsOptions
     from .evaluators.generate import GeneratorCounts
 
-    return AutoMetricsOptions(llm=f"local:{size}", counts=GeneratorCounts(n_single=2, n_rubric=1, n_example=0, n_optimized=0),
+    return AutoMetricsOptions(llm=f"local:{size}", counts=GeneratorCounts(n_single=1, n_rubric=1, n_example=0, n_optimized=0),
                               rationales=1)
 
 
@@ -66,7 +66,7 @@ def choose_llm(no_llm: bool) -> tuple[object, str]:
     size = "0.5b" if local_llm.model_path("0.5b") is not None else "1.5b"
     if local_llm.model_path(size) is None:
         return None, "note: no local LLM model installed; running the LLM-free fit instead (same as --no-llm)"
-    return demo_llm_options(size), (f"LLM pipeline: embedded {size} model, 2 single-criterion + 1 rubric judge, "
+    return demo_llm_options(size), (f"LLM pipeline: embedded {size} model, 1 single-criterion + 1 rubric judge, "
                                     f"{sum(LLM_DEMO_ROWS[:3])} requests replayed (several minutes on 2 cores; --no-llm: seconds)")
 
 
