@@ -415,3 +415,20 @@ def test_reward_watch_flags_a_reward_climb_into_extrapolation(simpeval_evaluator
     assert last["mean_reward"] > first["mean_reward"] and last["out_of_range_share"] > 0.5 and last["metrics_out_of_range"]
     assert rep["verdict"].startswith("reward rose")
     assert rep["held_out_validity"]["tau"] == ev.statistics["test"]["tau"]
+
+
+def test_harness_on_every_shared_dataset(datasets_dir):
+    """Issue #7: the harness runs on every shared dataset target with the LLM-free methods
+    (bounded here: 60 rows, 2 seeds, a few fast metrics)."""
+    meta = json.loads((datasets_dir / "datasets.json").read_text())
+    ran = 0
+    for name, info in meta.items():
+        target = next(iter(info["labels"]))
+        res = run_benchmark(datasets_dir / info.get("file", f"{name}.csv"), target, seeds=2, max_rows=60,
+                            methods=["best_metric", "autometrics"], metrics=["OutputLength", "InputSimilarity", "FKGL",
+                                                                             "NovelNGramRatio", "LengthRatio"])
+        for m in res.to_dict()["methods"]:
+            assert m["status"] == "ok", (name, m)
+            assert all(math.isfinite(s["tau"]) for s in m["per_seed"]), (name, m["method"])
+        ran += 1
+    assert ran == len(meta) >= 6

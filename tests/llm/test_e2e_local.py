@@ -95,3 +95,18 @@ def test_e2e_fit_real_local_llm(local_server, subset, tmp_path):
     ev = Evaluator.load(paths["evaluator"])
     scored = ev.score_texts(subset["output"].tolist()[:3], inputs=subset["input"].tolist()[:3])
     assert scored["autometrics_score"].notna().all()
+
+
+def test_benchmark_harness_llm_judge_with_the_real_local_llm(local_server, datasets_dir):
+    """Issue #7: the harness with an LLM method on the embedded model, on a small subset (the
+    0.5B judge's τ is not the point; the method must run and count its calls)."""
+    import math
+
+    from autometrics.evaluators.benchmark import run_benchmark
+
+    res = run_benchmark(datasets_dir / "simpeval.csv", "score", seeds=1, max_rows=12, methods=["llm_judge"],
+                        llm="local:0.5b")
+    m = res.to_dict()["methods"][0]
+    assert m["status"] == "ok", m
+    assert m["llm"]["calls"] >= 1 and m["missing_predictions"] < m["per_seed"][0]["n_test"]
+    assert m["per_seed"][0]["tau"] is None or math.isfinite(m["per_seed"][0]["tau"])
