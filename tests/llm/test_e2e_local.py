@@ -108,5 +108,5 @@ def test_benchmark_harness_llm_judge_with_the_real_local_llm(local_server, datas
                         llm="local:0.5b")
     m = res.to_dict()["methods"][0]
     assert m["status"] == "ok", m
-    assert m["llm"]["calls"] >= 1 and m["missing_predictions"] < m["per_seed"][0]["n_test"]
+    assert m["llm"]["requests"] >= 1 and m["missing_predictions"] < m["per_seed"][0]["n_test"]
     assert m["per_seed"][0]["tau"] is None or math.isfinite(m["per_seed"][0]["tau"])
