@@ -273,8 +273,8 @@ def example_judge(task, target, inputs, outputs, y, counts: GeneratorCounts, jud
     y_ev = np.asarray(y, dtype=float)[eval_idx]
     taus = [_tau(m.score(ev_out, inputs=ev_in), y_ev) for m in metrics]
     tried = [None if math.isnan(t) else round(float(t), 4) for t in taus]
-    ranked = [k for k in np.argsort([-(t if not math.isnan(t) else -math.inf) for t in taus], kind="stable")]
-    best = specs[int(ranked[0])]
+    # the first set with the highest τ (a set whose τ is undefined never wins unless all are)
+    best = specs[int(np.argmax([-math.inf if math.isnan(t) else t for t in taus]))]
     best.origin = {"selection": f"best of {len(specs)} demonstration sets by Kendall tau on {len(eval_idx)} training rows",
                    "set_taus": tried}
     return best

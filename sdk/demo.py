@@ -67,7 +67,7 @@ def choose_llm(no_llm: bool) -> tuple[object, str]:
     if local_llm.model_path(size) is None:
         return None, "note: no local LLM model installed; running the LLM-free fit instead (same as --no-llm)"
     return demo_llm_options(size), (f"LLM pipeline: embedded {size} model, 1 single-criterion + 1 rubric judge, "
-                                    f"{sum(LLM_DEMO_ROWS[:3])} requests replayed (several minutes on 2 cores; --no-llm: seconds)")
+                                    f"{sum(LLM_DEMO_ROWS[:3])} requests replayed (measured 13 min on 2 shared cores; --no-llm: seconds)")
 
 
 class DemoApp:

@@ -6,11 +6,9 @@ against the fake OpenAI-compatible server for the LLM methods."""
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import inspect
 import json
 import math
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -30,11 +28,7 @@ from autometrics.evaluators.data import load_dataset
 from autometrics.evaluators.fit import fit_evaluator
 from autometrics.evaluators.reward import RewardInputError
 from autometrics.evaluators.stats import kendall_tau
-
-_spec = importlib.util.spec_from_file_location("_bench_fake_server", Path(__file__).parent / "llm" / "fake_server.py")
-_fake = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(_fake)
-FakeLLMServer = _fake.FakeLLMServer
+from llm.fake_server import FakeLLMServer  # tests/llm, the package the LLM tests use
 
 FAST_METRICS = ["SARI", "FKGL", "LengthRatio", "BLEU", "InputSimilarity", "chrF++", "TER"]
 

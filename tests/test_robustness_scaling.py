@@ -3,10 +3,8 @@ data scaling (held-out τ vs number of training labels, §4.6), their report sec
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -26,11 +24,7 @@ from autometrics.evaluators.robustness import (
 )
 from autometrics.evaluators.scaling import bootstrap_taus, run_scaling, scaling_sizes
 from autometrics.evaluators.stats import kendall_tau
-
-_spec = importlib.util.spec_from_file_location("_robust_fake_server", Path(__file__).parent / "llm" / "fake_server.py")
-_fake = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(_fake)
-FakeLLMServer = _fake.FakeLLMServer
+from llm.fake_server import FakeLLMServer  # tests/llm, the package the LLM tests use
 
 CHEAP = ["BLEU", "chrF++", "SARI", "FKGL", "LengthRatio", "OutputLength", "InputSimilarity", "LevenshteinRatio", "ROUGE", "CIDEr"]
 TEXTS = [
