@@ -237,10 +237,10 @@ class StoreSink:
         return repr(self.store) if self.store is not None else "TraceStore(<not opened>)"
 
     def write(self, spans, feedback) -> None:
-        from .convert import rows_from_readable_spans
+        from autometrics.collectors.convert import rows_from_readable_spans
 
         if self.store is None:
-            from .store import TraceStore
+            from autometrics.collectors.store import TraceStore
 
             self.store = TraceStore(self.url)
         self.store.write(rows_from_readable_spans(spans), feedback)

@@ -160,7 +160,7 @@ class LangfuseForwarder:
         from langfuse import Langfuse
         from opentelemetry.sdk.trace import TracerProvider
 
-        from .exporter import BatchWriter, Counters
+        from autometrics.collectors.exporter import BatchWriter, Counters
 
         public_key = public_key or os.environ.get("LANGFUSE_PUBLIC_KEY")
         secret_key = secret_key or os.environ.get("LANGFUSE_SECRET_KEY")

@@ -40,10 +40,10 @@ import time
 import zlib
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from .convert import parse_otlp_json, parse_otlp_protobuf, rows_from_otlp
-from .exporter import Counters, RateLimitedLog
-from .feedback import make_feedback_row
-from .store import TraceStore
+from autometrics.collectors.convert import parse_otlp_json, parse_otlp_protobuf, rows_from_otlp
+from autometrics.collectors.exporter import Counters, RateLimitedLog
+from autometrics.collectors.feedback import make_feedback_row
+from autometrics.collectors.store import TraceStore
 
 log = logging.getLogger("autometrics.collectors.server")
 
@@ -344,10 +344,10 @@ class CollectorServer:
         self.errors = RateLimitedLog(log, 30.0)
         self.writer = GroupCommitWriter(self.store, self.counters)
         self.langfuse = None
-        from .langfuse_export import langfuse_configured
+        from autometrics.collectors.langfuse_export import langfuse_configured
 
         if langfuse != "off" and (langfuse == "on" or langfuse_configured()):
-            from .langfuse_export import LangfuseForwarder
+            from autometrics.collectors.langfuse_export import LangfuseForwarder
 
             self.langfuse = LangfuseForwarder(counters=self.counters, errors=self.errors)
         self.httpd = _Server((host, port), _Handler)

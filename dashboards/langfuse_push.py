@@ -40,9 +40,10 @@ import logging
 import math
 import re
 import threading
-import time
 import uuid
 from dataclasses import dataclass
+
+from autometrics.collectors.langfuse_export import langfuse_configured  # noqa: F401  (one check, re-exported)
 
 __all__ = ["LangfusePush", "Delivery", "config_name", "push_pending", "WARNING_CATEGORIES", "langfuse_configured",
            "DEFAULT_MAX_PUSH_ATTEMPTS"]
@@ -57,12 +58,6 @@ _NS = uuid.UUID("5b0e6f1e-8d7c-4c1a-9a59-6a8f4f0a7c11")
 WARNING_DESCRIPTION = "Warnings and drift alerts about the AutoMetrics evaluator that scored this trace."
 DEFAULT_MAX_PUSH_ATTEMPTS = 10  # delivery attempts per trace's scores (and per alert) before giving up
 _MAX_BODY_BYTES = 900_000  # Langfuse's POST /api/public/scores takes at most 1 MiB
-
-
-def langfuse_configured() -> bool:
-    import os
-
-    return bool(os.environ.get("LANGFUSE_PUBLIC_KEY") and os.environ.get("LANGFUSE_SECRET_KEY"))
 
 
 def config_name(name: str) -> str:
@@ -378,23 +373,6 @@ class LangfusePush:
 # --------------------------------------------------------------------------- store bookkeeping
 
 
-def _mark(monitor, table, key_col, keys, *, delivered: bool, error: str | None, extra_where=None) -> None:
-    """One attempt on ``keys``: attempts + 1, the error (or None), and ``pushed_at_ns`` when delivered."""
-    import sqlalchemy as sa
-
-    if not keys:
-        return
-    values = {"push_attempts": sa.func.coalesce(table.c.push_attempts, 0) + 1, "push_error": error}
-    if delivered:
-        values["pushed_at_ns"] = time.time_ns()
-    with monitor.store.engine.begin() as conn:
-        for i in range(0, len(keys), 500):
-            q = table.update().where(key_col.in_(keys[i:i + 500]))
-            if extra_where is not None:
-                q = q.where(extra_where)
-            conn.execute(q.values(**values))
-
-
 def _failed(what: str, keys: list[str], attempts: dict[str, int], error: str, max_attempts: int, out: dict) -> None:
     """Log a failed delivery attempt on ``keys`` (one line, plus one for those given up) and count them."""
     retry = [k for k in keys if attempts.get(k, 0) + 1 < max_attempts]
@@ -431,38 +409,29 @@ def push_pending(monitor, pusher: LangfusePush, *, limit: int = 2000, max_attemp
 
 
 def _push_pending(monitor, pusher: LangfusePush, limit: int, max_attempts: int, out: dict) -> None:
-    import sqlalchemy as sa
-
-    from ..collectors.store import monitor_alerts, trace_scores
-
+    store = monitor.store
     ch = monitor.champion()
     if ch is None:
         return
-    s = trace_scores
-    with monitor.store.engine.connect() as conn:
-        rows = [dict(r) for r in conn.execute(
-            sa.select(s).where(s.c.evaluator_id == ch["id"], s.c.pushed_at_ns.is_(None),
-                               sa.func.coalesce(s.c.push_attempts, 0) < max_attempts)
-            .order_by(s.c.trace_start_ns.desc()).limit(limit)).mappings().all()]
+    rows = store.undelivered_scores(ch["id"], max_attempts=max_attempts, limit=limit)
     alerts = monitor.alerts()
-    this_version = s.c.evaluator_id == ch["id"]
     stopped = False
     if rows:
         attempts = {r["trace_id"]: int(r["push_attempts"] or 0) for r in rows}
         groups, skipped, cfg_error = pusher.score_bodies(ch, rows, alerts=alerts)
         # rows without a score (no output captured): nothing to deliver, never selected again
-        _mark(monitor, s, s.c.trace_id, skipped, delivered=True, error="no score to deliver", extra_where=this_version)
+        store.mark_delivery("scores", skipped, delivered=True, error="no score to deliver", evaluator_id=ch["id"])
         if cfg_error:
             # the first request could not even be prepared: one failed attempt for the traces it
             # would have carried (as for a failed request); the others wait without losing one
             keys = next(iter(pusher.batches(groups)), ([], []))[0]
-            _mark(monitor, s, s.c.trace_id, keys, delivered=False, error=cfg_error[:2000], extra_where=this_version)
+            store.mark_delivery("scores", keys, delivered=False, error=cfg_error[:2000], evaluator_id=ch["id"])
             _failed("traces' scores", keys, attempts, cfg_error, max_attempts, out)
             stopped = True
         else:
             for keys, bodies in pusher.batches(groups):
                 d = pusher.deliver(bodies)
-                _mark(monitor, s, s.c.trace_id, keys, delivered=d.ok, error=d.error, extra_where=this_version)
+                store.mark_delivery("scores", keys, delivered=d.ok, error=d.error, evaluator_id=ch["id"])
                 if d.ok:
                     out["scores"] += len(keys)
                     continue
@@ -473,7 +442,6 @@ def _push_pending(monitor, pusher: LangfusePush, limit: int, max_attempts: int, 
                         log.warning("Langfuse unavailable: %d more traces' scores wait for the next cycle", left)
                     stopped = True
                     break
-    a = monitor_alerts
     pending = [x for x in alerts if x.get("pushed_at_ns") is None and int(x.get("push_attempts") or 0) < max_attempts]
     if not pending or stopped:
         return
@@ -486,11 +454,11 @@ def _push_pending(monitor, pusher: LangfusePush, limit: int, max_attempts: int, 
     attempts = {x["id"]: int(x.get("push_attempts") or 0) for x in pending}
     if any(b is None for b in bodies):
         err = pusher.last_error or "score config not available"
-        _mark(monitor, a, a.c.id, ids, delivered=False, error=err[:2000])
+        store.mark_delivery("alerts", ids, delivered=False, error=err[:2000])
         _failed("alerts", ids, attempts, err, max_attempts, out)
         return
     d = pusher.deliver(bodies)
-    _mark(monitor, a, a.c.id, ids, delivered=d.ok, error=d.error)
+    store.mark_delivery("alerts", ids, delivered=d.ok, error=d.error)
     if d.ok:
         out["alerts"] = len(ids)
     else:

@@ -19,6 +19,8 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from autometrics.evaluators.report import fmt_number as _f
+from autometrics.evaluators.report import fmt_p as _p
 
 __all__ = ["render_dashboard", "write_dashboard"]
 
@@ -46,16 +48,6 @@ svg text{font-size:11px;fill:#56606b}
 """
 
 
-def _f(v, d=3) -> str:
-    if v is None or (isinstance(v, float) and not math.isfinite(v)):
-        return "–"
-    return f"{v:.{d}f}"
-
-
-def _p(v) -> str:
-    if v is None or (isinstance(v, float) and not math.isfinite(v)):
-        return "–"
-    return f"{v:.2g}" if v >= 1e-3 else f"{v:.1e}"
 
 
 def _when(ns) -> str:
@@ -182,7 +174,7 @@ def _svg_histograms(ref, cur, w=540, h=240, bins=20) -> str:
 
 
 def render_dashboard(monitor, *, title: str | None = None, sample: int = 8, seed: int = 0) -> str:
-    """The dashboard page for one :class:`~autometrics.collectors.continuous.Monitor`."""
+    """The dashboard page for one :class:`~autometrics.evaluators.continuous.monitor.Monitor`."""
     e = html.escape
     cfg = monitor.cfg
     versions = monitor.versions()
@@ -289,7 +281,7 @@ def render_dashboard(monitor, *, title: str | None = None, sample: int = 8, seed
     ok = scores[pd.to_numeric(scores["score"], errors="coerce").notna()] if len(scores) else scores
     if len(ok):
         samp = ok.sample(n=min(sample, len(ok)), random_state=seed).sort_values("trace_start_ns", ascending=False)
-        texts = monitor._trace_texts(samp["trace_id"].tolist()).set_index("trace_id")
+        texts = monitor.store.trace_texts(samp["trace_id"].tolist()).set_index("trace_id")
         out.append("<table id='rationales'><tr><th>trace</th><th>input</th><th>output</th><th>score</th><th>why</th></tr>")
         for r in samp.itertuples():
             rats = json.loads(r.rationales) if isinstance(r.rationales, str) else []

@@ -9,27 +9,28 @@ import re
 from pathlib import Path
 
 import numpy as np
-
-from ..metricbank import load_card
-from .fit import FitResult
+from autometrics.evaluators.fit import FitResult
+from autometrics.metricbank import load_card
 
 __all__ = ["render_markdown", "render_html", "write_reports", "attach_analyses"]
 
 
-def _f(v, digits: int = 3) -> str:
+def fmt_number(v, digits: int = 3) -> str:
+    """A number for a page: fixed digits, an en dash when missing or not finite."""
     if v is None or (isinstance(v, float) and not math.isfinite(v)):
         return "–"
     return f"{v:.{digits}f}"
 
 
-def _p(v) -> str:
+def fmt_p(v) -> str:
+    """A p-value for a page: two significant digits, scientific below 0.001, a dash when missing."""
     if v is None or (isinstance(v, float) and not math.isfinite(v)):
         return "–"
     return f"{v:.2g}" if v >= 1e-3 else f"{v:.1e}"
 
 
 def _stat_line(s: dict) -> str:
-    return f"τ = {_f(s.get('tau'))} [95% CI {_f(s.get('ci_low'))}, {_f(s.get('ci_high'))}], p = {_p(s.get('p_value'))}, n = {s.get('n')}"
+    return f"τ = {fmt_number(s.get('tau'))} [95% CI {fmt_number(s.get('ci_low'))}, {fmt_number(s.get('ci_high'))}], p = {fmt_p(s.get('p_value'))}, n = {s.get('n')}"
 
 
 def _formula(ev) -> str:
@@ -76,13 +77,13 @@ def render_markdown(result: FitResult) -> str:
     lines += ["| metric | weight | importance | τ train | τ test | higher is better |", "|---|---:|---:|---:|---:|---|"]
     for f in a["features"]:
         lines.append(
-            f"| `{f['feature']}` | {f['weight']:+.4f} | {100 * f['importance']:.1f}% | {_f(f['tau_train'])} | {_f(f['tau_test'])} | {'yes' if f['higher_is_better'] else 'no'} |"
+            f"| `{f['feature']}` | {f['weight']:+.4f} | {100 * f['importance']:.1f}% | {fmt_number(f['tau_train'])} | {fmt_number(f['tau_test'])} | {'yes' if f['higher_is_better'] else 'no'} |"
         )
     lines += ["", f"## All candidate metrics ({st['n_candidates']}, {st['n_usable_candidates']} usable)", ""]
     lines += ["| metric | τ train | τ test | stage-1 weight | selected |", "|---|---:|---:|---:|---|"]
     cand = result.candidates.assign(_abs=result.candidates["tau_train"].abs()).sort_values("_abs", ascending=False, na_position="last")
     for r in cand.itertuples():
-        lines.append(f"| `{r.feature}` | {_f(r.tau_train)} | {_f(r.tau_test)} | {_f(r.stage1_weight)} | {'✔' if r.selected else ''} |")
+        lines.append(f"| `{r.feature}` | {fmt_number(r.tau_train)} | {fmt_number(r.tau_test)} | {fmt_number(r.stage1_weight)} | {'✔' if r.selected else ''} |")
     lines += llm_markdown(a)
     if a.get("unavailable_metrics"):
         lines += ["", f"MetricBank metrics that could not run here (skipped): {', '.join(a['unavailable_metrics'])} "
@@ -122,8 +123,8 @@ svg text{font-size:11px;fill:#56606b}
 def _svg_scatter(result: FitResult, width: int = 520, height: int = 380) -> str:
     """Predicted vs human scatter (test points solid, train points faint) as inline SVG."""
     tr, te = result.train, result.test
-    xs = np.concatenate([tr["human"].to_numpy(), te["human"].to_numpy()])
-    ys = np.concatenate([tr["predicted"].to_numpy(), te["predicted"].to_numpy()])
+    xs = np.concatenate([tr["label"].to_numpy(), te["label"].to_numpy()])
+    ys = np.concatenate([tr["score"].to_numpy(), te["score"].to_numpy()])
     lo = float(min(xs.min(), ys.min()))
     hi = float(max(xs.max(), ys.max()))
     if hi - lo < 1e-9:
@@ -146,9 +147,9 @@ def _svg_scatter(result: FitResult, width: int = 520, height: int = 380) -> str:
         parts.append(f'<line x1="{ml - 4}" y1="{sy(t):.1f}" x2="{ml}" y2="{sy(t):.1f}" stroke="#888"/>')
         parts.append(f'<text x="{ml - 6}" y="{sy(t) + 4:.1f}" text-anchor="end">{t:.3g}</text>')
     parts.append(f'<line x1="{sx(lo):.1f}" y1="{sy(lo):.1f}" x2="{sx(hi):.1f}" y2="{sy(hi):.1f}" stroke="#bbb" stroke-dasharray="4 4"/>')
-    for x, y in zip(tr["human"], tr["predicted"], strict=False):
+    for x, y in zip(tr["label"], tr["score"], strict=False):
         parts.append(f'<circle cx="{sx(x):.1f}" cy="{sy(y):.1f}" r="2.6" fill="#9aa5b1" fill-opacity="0.45"/>')
-    for x, y in zip(te["human"], te["predicted"], strict=False):
+    for x, y in zip(te["label"], te["score"], strict=False):
         parts.append(f'<circle cx="{sx(x):.1f}" cy="{sy(y):.1f}" r="3.2" fill="#3b7dd8" fill-opacity="0.8"/>')
     parts.append(f'<text x="{(ml + width - mr) / 2:.0f}" y="{height - 8}" text-anchor="middle">human score</text>')
     parts.append(f'<text x="14" y="{(mt + height - mb) / 2:.0f}" text-anchor="middle" transform="rotate(-90 14 {(mt + height - mb) / 2:.0f})">predicted score</text>')
@@ -184,16 +185,16 @@ def render_html(result: FitResult) -> str:
     )
     out.append("<div class='cards'>")
     out.append(
-        f"<div class='stat' id='heldout-tau'><div class='l'>Held-out Kendall τ</div><div class='v'>{_f(te.get('tau'))}</div>"
-        f"<div class='l'>95% CI [{_f(te.get('ci_low'))}, {_f(te.get('ci_high'))}] · p = {_p(te.get('p_value'))} · n = {te.get('n')}</div></div>"
+        f"<div class='stat' id='heldout-tau'><div class='l'>Held-out Kendall τ</div><div class='v'>{fmt_number(te.get('tau'))}</div>"
+        f"<div class='l'>95% CI [{fmt_number(te.get('ci_low'))}, {fmt_number(te.get('ci_high'))}] · p = {fmt_p(te.get('p_value'))} · n = {te.get('n')}</div></div>"
     )
     tr = st["train"]
-    out.append(f"<div class='stat'><div class='l'>Train Kendall τ</div><div class='v'>{_f(tr.get('tau'))}</div><div class='l'>n = {tr.get('n')}</div></div>")
+    out.append(f"<div class='stat'><div class='l'>Train Kendall τ</div><div class='v'>{fmt_number(tr.get('tau'))}</div><div class='l'>n = {tr.get('n')}</div></div>")
     if st.get("best_single_metric"):
         b = st["best_single_metric"]
         out.append(
-            f"<div class='stat'><div class='l'>Best single metric (chosen on train)</div><div class='v'>{_f(b['test'].get('tau'))}</div>"
-            f"<div class='l'>{e(b['feature'])} on test · CI [{_f(b['test'].get('ci_low'))}, {_f(b['test'].get('ci_high'))}]</div></div>"
+            f"<div class='stat'><div class='l'>Best single metric (chosen on train)</div><div class='v'>{fmt_number(b['test'].get('tau'))}</div>"
+            f"<div class='l'>{e(b['feature'])} on test · CI [{fmt_number(b['test'].get('ci_low'))}, {fmt_number(b['test'].get('ci_high'))}]</div></div>"
         )
     out.append("</div>")
     if a["warnings"]:
@@ -209,7 +210,7 @@ def render_html(result: FitResult) -> str:
         out.append(
             f"<tr><td><code>{e(f['feature'])}</code></td><td class='n'>{f['weight']:+.4f}</td>"
             f"<td><span class='bar' style='width:{1.6 * pct:.0f}px'></span> {pct:.1f}%</td>"
-            f"<td class='n'>{_f(f['tau_train'])}</td><td class='n'>{_f(f['tau_test'])}</td><td>{'yes' if f['higher_is_better'] else 'no'}</td></tr>"
+            f"<td class='n'>{fmt_number(f['tau_train'])}</td><td class='n'>{fmt_number(f['tau_test'])}</td><td>{'yes' if f['higher_is_better'] else 'no'}</td></tr>"
         )
     out.append("</table>")
     out.append("<h2>Predicted vs human (test points solid, train points faint)</h2>")
@@ -220,8 +221,8 @@ def render_html(result: FitResult) -> str:
     cand = result.candidates.assign(_abs=result.candidates["tau_train"].abs()).sort_values("_abs", ascending=False, na_position="last")
     for r in cand.itertuples():
         out.append(
-            f"<tr><td><code>{e(r.feature)}</code></td><td class='n'>{_f(r.tau_train)}</td><td class='n'>{_f(r.tau_test)}</td>"
-            f"<td class='n'>{_f(r.stage1_weight)}</td><td class='n'>{r.missing}</td><td>{'✔' if r.selected else ''}</td></tr>"
+            f"<tr><td><code>{e(r.feature)}</code></td><td class='n'>{fmt_number(r.tau_train)}</td><td class='n'>{fmt_number(r.tau_test)}</td>"
+            f"<td class='n'>{fmt_number(r.stage1_weight)}</td><td class='n'>{r.missing}</td><td>{'✔' if r.selected else ''}</td></tr>"
         )
     out.append("</table></details>")
     if a.get("unavailable_metrics"):
@@ -266,7 +267,7 @@ def llm_markdown(a: dict, level: int = 2) -> list[str]:
              "| judge | kind | criterion | τ train | τ test | weight | missing |", "|---|---|---|---:|---:|---:|---:|"]
     for g in a.get("generated") or []:
         w = weights.get(g["feature"])
-        lines.append(f"| `{g['feature']}` | {g['kind']} | {g['criterion']} | {_f(g.get('tau_train'))} | {_f(g.get('tau_test'))} | "
+        lines.append(f"| `{g['feature']}` | {g['kind']} | {g['criterion']} | {fmt_number(g.get('tau_train'))} | {fmt_number(g.get('tau_test'))} | "
                      f"{'' if w is None else f'{w:+.4f}'} | {g.get('missing', '–')} |")
     for g in a.get("generated") or []:
         spec = g["spec"]
@@ -296,13 +297,13 @@ def llm_markdown(a: dict, level: int = 2) -> list[str]:
                   "| mode | requests | prompt tok sent | prompt tok evaluated | completion tok | s | held-out τ of the fit |",
                   "|---|---:|---:|---:|---:|---:|---:|",
                   f"| per criterion | {cs['requests']} | {cs['prompt_tokens']} | – | {cs['completion_tokens']} | {cs['seconds']} | "
-                  f"{_f(multi.get('tau_test_fit_single'))} |",
+                  f"{fmt_number(multi.get('tau_test_fit_single'))} |",
                   f"| one call | {cm['requests']} | {cm['prompt_tokens']} | {ev(cm)} | {cm['completion_tokens']} | {cm['seconds']} | "
-                  f"{_f(multi.get('tau_test_fit_multi'))} |",
+                  f"{fmt_number(multi.get('tau_test_fit_multi'))} |",
                   "", "| criterion | τ train per-criterion | τ train one-call | τ test per-criterion | τ test one-call | missing (one-call) |",
                   "|---|---:|---:|---:|---:|---:|"]
-        lines += [f"| `{c['feature']}` | {_f(c['tau_single'])} | {_f(c['tau_multi'])} | {_f(c.get('tau_test_single'))} | "
-                  f"{_f(c.get('tau_test_multi'))} | {c['missing_multi']} |" for c in multi["criteria"]]
+        lines += [f"| `{c['feature']}` | {fmt_number(c['tau_single'])} | {fmt_number(c['tau_multi'])} | {fmt_number(c.get('tau_test_single'))} | "
+                  f"{fmt_number(c.get('tau_test_multi'))} | {c['missing_multi']} |" for c in multi["criteria"]]
     pc = llm.get("scoring_prefix_cache")
     if pc:
         lines += ["", f"Judge prompts: {pc['prompt_tokens_sent']} prompt tokens sent, {pc['prompt_tokens_evaluated']} evaluated "
@@ -319,7 +320,7 @@ def analysis_markdown(a: dict, level: int = 2) -> list[str]:
     """The optional Data scaling and Robustness sections (``autometrics fit --scaling /
     --robustness``), read from the artifact's ``scaling`` and ``robustness`` entries (see
     :func:`attach_analyses`).  Empty when neither is present."""
-    from . import robustness, scaling
+    from autometrics.evaluators.analysis import robustness, scaling
 
     return scaling.markdown_section(a.get("scaling"), level) + robustness.markdown_section(a.get("robustness"), level)
 
@@ -327,8 +328,7 @@ def analysis_markdown(a: dict, level: int = 2) -> list[str]:
 def analysis_html(a: dict) -> list[str]:
     """HTML of the same sections; the scaling curve is an inline SVG (no script, no external file)."""
     import markdown
-
-    from . import robustness, scaling
+    from autometrics.evaluators.analysis import robustness, scaling
 
     out = []
     if a.get("scaling"):

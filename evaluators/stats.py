@@ -1,13 +1,28 @@
-"""Agreement statistics between predicted and human scores: Kendall's tau-b with a p-value and a
-percentile-bootstrap 95 % confidence interval."""
+"""Agreement statistics, in one place: Kendall's tau-b with its p-value, a vectorised bootstrap
+of tau for several prediction vectors on the same resamples, confidence intervals, and the
+paired difference of two taus.
+
+Why vectorised: a resample is a vector of row multiplicities ``w``; with ``S`` the pairwise sign
+matrix of a vector, tau-b of the resampled arrays is ``w'(Sx*Sy)w / sqrt(w'|Sx|w * w'|Sy|w)``
+(copies of one row are tied pairs, exactly as scipy counts them).  All resamples at once are a
+few matrix products: ~25x faster than calling scipy per resample at n=300, and the same
+resamples serve every prediction vector, so differences between evaluators are paired.
+
+Everyone who reports a tau uses these: the fit (held-out tau and CI), champion/challenger
+comparison, drift's validity decay, the data-scaling curve and the benchmark harness.
+"""
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass
 
 import numpy as np
 
-__all__ = ["Agreement", "kendall_tau", "agreement"]
+__all__ = ["Agreement", "kendall_tau", "agreement", "bootstrap_taus", "agreement_from_boot", "paired_interval",
+           "MAX_BOOT_ROWS"]
+
+MAX_BOOT_ROWS = 2500  # bootstrap on a subsample above this (n x n matrices); its CI is already tight
 
 
 @dataclass
@@ -38,24 +53,72 @@ def kendall_tau(pred, human) -> tuple[float, float]:
     return float(res.statistic), float(res.pvalue)
 
 
+def _signs(v: np.ndarray) -> np.ndarray:
+    return np.sign(v[:, None] - v[None, :])
+
+
+def bootstrap_taus(preds, y, n_boot: int, seed: int = 0) -> np.ndarray:
+    """Bootstrap tau-b of each prediction vector against ``y`` on the *same* resamples of the
+    rows: an array ``(n_boot, len(preds))``.  A NaN prediction drops its row from that vector's
+    pairs (the resample is still shared); NaN where a resample leaves tau undefined."""
+    preds = [np.asarray(p, dtype=float) for p in (np.atleast_2d(preds) if isinstance(preds, np.ndarray) else preds)]
+    y = np.asarray(y, dtype=float)
+    n, B = len(y), max(0, int(n_boot))
+    if B == 0 or n == 0:
+        return np.full((B, len(preds)), np.nan)
+    rng = np.random.default_rng(seed)
+    if n > MAX_BOOT_ROWS:
+        keep = rng.choice(n, MAX_BOOT_ROWS, replace=False)
+        preds, y, n = [p[keep] for p in preds], y[keep], MAX_BOOT_ROWS
+    W = np.zeros((B, n))
+    np.add.at(W, (np.repeat(np.arange(B), n), rng.integers(0, n, (B, n)).ravel()), 1.0)
+    sy = _signs(y)
+    out = np.full((B, len(preds)), np.nan)
+    for k, p in enumerate(preds):
+        ok = np.isfinite(p)
+        if ok.sum() < 3:
+            continue
+        mask = np.outer(ok, ok) if not ok.all() else 1.0
+        sp = _signs(np.where(ok, p, 0.0))
+        num = np.einsum("bi,bi->b", W @ (sp * sy * mask), W)
+        nx = np.einsum("bi,bi->b", W @ (np.abs(sp) * mask), W)
+        ny = np.einsum("bi,bi->b", W @ (np.abs(sy) * mask), W)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            out[:, k] = np.where((nx > 0) & (ny > 0), num / np.sqrt(nx * ny), np.nan)
+    return out
+
+
+def _percentiles(values: np.ndarray, n_boot: int) -> tuple[float, float]:
+    ok = values[np.isfinite(values)]
+    if len(ok) == 0 or len(ok) < max(1, n_boot // 2):
+        return float("nan"), float("nan")
+    lo, hi = np.percentile(ok, [2.5, 97.5])
+    return float(lo), float(hi)
+
+
+def agreement_from_boot(pred, human, boots: np.ndarray) -> Agreement:
+    """tau-b and p of ``pred`` vs ``human`` with the 95 % percentile CI of its bootstrap taus."""
+    pred, human = np.asarray(pred, dtype=float), np.asarray(human, dtype=float)
+    ok = ~(np.isnan(pred) | np.isnan(human))
+    tau, p = kendall_tau(pred, human)
+    lo, hi = _percentiles(np.asarray(boots, dtype=float), len(boots)) if math.isfinite(tau) else (float("nan"),) * 2
+    return Agreement(int(ok.sum()), tau, lo, hi, p)
+
+
 def agreement(pred, human, *, n_boot: int = 1000, seed: int = 0) -> Agreement:
-    """tau-b with a percentile bootstrap CI over examples (resampled with replacement)."""
+    """tau-b with a percentile bootstrap CI over examples (rows with a NaN dropped first)."""
     pred = np.asarray(pred, dtype=float)
     human = np.asarray(human, dtype=float)
     ok = ~(np.isnan(pred) | np.isnan(human))
     pred, human = pred[ok], human[ok]
-    tau, p = kendall_tau(pred, human)
-    n = len(pred)
-    if not np.isfinite(tau) or n_boot <= 0:
-        return Agreement(n, tau, float("nan"), float("nan"), p)
-    rng = np.random.default_rng(seed)
-    boots = []
-    for _ in range(n_boot):
-        idx = rng.integers(0, n, n)
-        t, _ = kendall_tau(pred[idx], human[idx])
-        if np.isfinite(t):
-            boots.append(t)
-    if len(boots) < n_boot // 2:
-        return Agreement(n, tau, float("nan"), float("nan"), p)
-    lo, hi = np.percentile(boots, [2.5, 97.5])
-    return Agreement(n, tau, float(lo), float(hi), p)
+    if n_boot <= 0:
+        tau, p = kendall_tau(pred, human)
+        return Agreement(len(pred), tau, float("nan"), float("nan"), p)
+    return agreement_from_boot(pred, human, bootstrap_taus([pred], human, n_boot, seed)[:, 0])
+
+
+def paired_interval(boots_a: np.ndarray, boots_b: np.ndarray) -> tuple[float, float]:
+    """95 % percentile interval of ``tau_a - tau_b`` over shared resamples (from one
+    :func:`bootstrap_taus` call), so the noise both share cancels."""
+    d = np.asarray(boots_a, dtype=float) - np.asarray(boots_b, dtype=float)
+    return _percentiles(d, len(d))

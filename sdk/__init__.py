@@ -35,16 +35,16 @@ _OBSERVE_NAMES = frozenset(__all__[__all__.index("configure"):]) | {"stats", "tr
 def __getattr__(name: str):
     # Lazy re-exports keep `import autometrics` fast (no pandas/sklearn at import time).
     if name in ("fit_evaluator", "Evaluator", "load_evaluator"):
-        from .evaluators import fit as _fit
+        from autometrics.evaluators import fit as _fit
 
         return getattr(_fit, name)
     if name in _OBSERVE_NAMES:
         # OpenTelemetry loads only when capture is first used
-        from . import capture as _capture
+        from autometrics import capture as _capture
 
         return getattr(_capture, name)
     if name == "load_dataset":
-        from .evaluators.data import load_dataset
+        from autometrics.evaluators.data import load_dataset
 
         return load_dataset
     raise AttributeError(f"module 'autometrics' has no attribute {name!r}")

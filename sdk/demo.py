@@ -13,7 +13,7 @@ the dataset, so no LLM is needed to produce traffic.  The demo then
    where to open it.
 
 Everything goes through the same code as production: ``@observe`` spans and ``feedback()`` into
-a SQLite trace store, :class:`~autometrics.collectors.continuous.Monitor` jobs under the refit
+a SQLite trace store, :class:`~autometrics.evaluators.continuous.monitor.Monitor` jobs under the refit
 lock, the dashboard renderer.  Seconds on 2 CPU cores with ``--no-llm``; several minutes on
 the LLM path (embedded 0.5B model when installed, small judge budget, fewer rows: ``LLM_DEMO_ROWS``).
 """
@@ -44,10 +44,9 @@ LLM_DEMO_ROWS = (30, 20, 20, 20)
 def demo_llm_options(size: str):
     """The LLM demo's budget: 1 single-criterion judge and 1 rubric judge from the embedded
     model, one rationale each (the paper's 10/5/1/1 would take hours on 2 cores)."""
-    from .evaluators.autometrics import AutoMetricsOptions
-    from .evaluators.generate import GeneratorCounts
+    from autometrics.evaluators.judges.options import GeneratorCounts, LLMOptions
 
-    return AutoMetricsOptions(llm=f"local:{size}", counts=GeneratorCounts(n_single=1, n_rubric=1, n_example=0, n_optimized=0),
+    return LLMOptions(llm=f"local:{size}", counts=GeneratorCounts(n_single=1, n_rubric=1, n_example=0, n_optimized=0),
                               rationales=1)
 
 
@@ -56,12 +55,12 @@ def choose_llm(no_llm: bool) -> tuple[object, str]:
     (the 0.5B model when present: the demo shows the loop, not the best judge)."""
     if no_llm:
         return None, "LLM-free fit (--no-llm): MetricBank metrics + PLS"
-    from .evaluators.refit import llm_pipeline_status
+    from autometrics.evaluators.continuous.refit import llm_pipeline_status
 
     ok, why = llm_pipeline_status("embedded")
     if not ok:
         return None, f"note: no local LLM available ({why}); running the LLM-free fit instead (same as --no-llm)"
-    from .evaluators import local_llm
+    from autometrics.evaluators.llm import local as local_llm
 
     size = "0.5b" if local_llm.model_path("0.5b") is not None else "1.5b"
     if local_llm.model_path(size) is None:
@@ -103,11 +102,10 @@ def run_demo(out_dir="autometrics-demo", *, no_llm: bool = False, seed: int = 0,
     import autometrics
     import pandas as pd
     from autometrics import capture
-
-    from .collectors.continuous import Monitor, MonitorConfig
-    from .collectors.store import TraceStore
-    from .dashboards.render import write_dashboard
-    from .evaluators.data import builtin_dataset_path
+    from autometrics.collectors.store import TraceStore
+    from autometrics.dashboards.render import write_dashboard
+    from autometrics.evaluators.continuous.monitor import Monitor, MonitorConfig
+    from autometrics.evaluators.data import builtin_dataset_path
 
     started = time.perf_counter()
     out = Path(out_dir).expanduser().resolve()
@@ -174,11 +172,11 @@ def run_demo(out_dir="autometrics-demo", *, no_llm: bool = False, seed: int = 0,
 
     step("late feedback on scored traces", late_feedback)
     alerts = step("drift and live-validity check", lambda: monitor.check_drift() or "no new alerts")
-    from .dashboards.langfuse_push import langfuse_configured
+    from autometrics.collectors.langfuse_export import langfuse_configured
 
     if langfuse_configured():
         def push():
-            from .dashboards.langfuse_push import LangfusePush, push_pending
+            from autometrics.dashboards.langfuse_push import LangfusePush, push_pending
 
             p = LangfusePush()
             res = push_pending(monitor, p)

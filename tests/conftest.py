@@ -11,6 +11,39 @@ SHARED = Path(os.environ.get("AUTOMETRICS_SHARED", ROOT.parent / "shared"))
 DATASETS = SHARED / "datasets"
 
 
+# ---- hermetic: every file the package writes by default goes to a per-session folder ---------
+_ISOLATED = ("AUTOMETRICS_HOME", "AUTOMETRICS_LLM_CACHE", "AUTOMETRICS_PERTURBATION_CACHE", "AUTOMETRICS_MODELS_DIR",
+             "AUTOMETRICS_STORE_URL", "AUTOMETRICS_LOCAL_LLM_URL", "AUTOMETRICS_LOCAL_MODEL_PATH")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def isolated_data_dir(tmp_path_factory):
+    """A fresh data folder for the whole test session: trace store, LLM reply cache,
+    perturbation cache and models dir all live under it (a warm user cache can never hide a
+    regression, and no test writes into the user's files).  The embedded LLM weights the user
+    installed are linked read-only into the session's models dir, so the real-LLM tests still
+    find them without downloading anything."""
+    from autometrics.collectors.files import data_path
+
+    installed = data_path("models")  # before isolation: where `autometrics llm install` put them
+    saved = {k: os.environ.get(k) for k in _ISOLATED}
+    home = tmp_path_factory.mktemp("autometrics_home")
+    for k in _ISOLATED:
+        os.environ.pop(k, None)
+    os.environ["AUTOMETRICS_HOME"] = str(home)
+    models = home / "models"
+    models.mkdir()
+    if installed.is_dir():
+        for f in installed.glob("*.gguf"):
+            (models / f.name).symlink_to(f)
+    yield home
+    for k, v in saved.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+
+
 @pytest.fixture(scope="session")
 def datasets_dir() -> Path:
     if not (DATASETS / "simpeval.csv").exists():

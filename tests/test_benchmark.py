@@ -13,7 +13,7 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
-from autometrics.evaluators.baselines import (
+from autometrics.evaluators.benchmark.baselines import (
     AutoMetricsBaseline,
     BestMetricBaseline,
     DnAEvalBaseline,
@@ -23,10 +23,10 @@ from autometrics.evaluators.baselines import (
     parse_aspects,
     xgboost_version,
 )
-from autometrics.evaluators.benchmark import comparison_markdown, run_benchmark, sample_rows, t_interval
+from autometrics.evaluators.benchmark.harness import comparison_markdown, run_benchmark, sample_rows, t_interval
 from autometrics.evaluators.data import load_dataset
 from autometrics.evaluators.fit import fit_evaluator
-from autometrics.evaluators.reward import RewardInputError
+from autometrics.evaluators.analysis.reward import RewardInputError
 from autometrics.evaluators.stats import kendall_tau
 from llm.fake_server import FakeLLMServer  # tests/llm, the package the LLM tests use
 
@@ -85,7 +85,7 @@ def test_harness_no_llm_methods_on_simpeval_subset(datasets_dir, tmp_path):
 
 
 def test_harness_finetuned_minilm_head(datasets_dir):
-    from autometrics.evaluators.baselines import FinetunedBaseline
+    from autometrics.evaluators.benchmark.baselines import FinetunedBaseline
 
     path = datasets_dir / "simpeval.csv"
     res = run_benchmark(path, "score", seeds=2, max_rows=50, methods=["finetuned"])
@@ -145,7 +145,7 @@ def test_best_metric_is_sign_aware_and_gbm_backends(tmp_path):
 
 
 def test_finetuned_ridge_penalty_matches_grouped_cv_brute_force():
-    from autometrics.evaluators.baselines import FinetunedBaseline
+    from autometrics.evaluators.benchmark.baselines import FinetunedBaseline
     from sklearn.linear_model import Ridge
     from sklearn.model_selection import GroupKFold
 
@@ -208,7 +208,7 @@ def test_llm_judge_and_dna_unparsed_replies_are_nan_not_zero(tmp_path):
 
 
 def test_harness_llm_methods_through_fake_server(tmp_path, monkeypatch):
-    from autometrics.evaluators.generate import QUICK_COUNTS
+    from autometrics.evaluators.judges.generate import QUICK_COUNTS
 
     monkeypatch.setenv("AUTOMETRICS_LLM_CACHE", str(tmp_path / "default-cache.sqlite"))
     df = _frame(40)
@@ -359,8 +359,8 @@ def test_dspy_metric_missing_fields_give_clear_errors(simpeval_evaluator):
 
 def test_dspy_metric_feedback_carries_llm_judge_rationales(tmp_path, monkeypatch):
     import dspy
-    from autometrics.evaluators.judges import JudgeSpec, LLMJudgeMetric, unbind_clients
-    from autometrics.evaluators.llm import LLMConfig
+    from autometrics.evaluators.judges.metric import JudgeSpec, LLMJudgeMetric, unbind_clients
+    from autometrics.evaluators.llm.client import LLMConfig
     from autometrics.metricbank import get_metric
 
     monkeypatch.setenv("AUTOMETRICS_LLM_CACHE", str(tmp_path / "cache.sqlite"))
@@ -383,7 +383,7 @@ def test_reward_watch_flags_a_reward_climb_into_extrapolation(simpeval_evaluator
     """RewardWatch: outputs like the training data give no alert; an 'optimizer' that learns to
     pad outputs (a metric far outside its training range, rising reward or not) is flagged."""
     import dspy
-    from autometrics.evaluators.reward import RewardWatch
+    from autometrics.evaluators.analysis.reward import RewardWatch
 
     ev, lab = simpeval_evaluator
     rows = lab.frame.iloc[:40]

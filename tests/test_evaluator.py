@@ -46,7 +46,7 @@ def test_loaded_evaluator_reproduces_fit_predictions(simpeval_fit, tmp_path):
     assert len(scored) == 360 and SCORE_COLUMN in scored
     by_id = scored.set_index("id")[SCORE_COLUMN]
     test = simpeval_fit.test
-    np.testing.assert_allclose(by_id.loc[test["id"]].to_numpy(), test["predicted"].to_numpy(), rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(by_id.loc[test["id"]].to_numpy(), test["score"].to_numpy(), rtol=1e-6, atol=1e-6)
     for f in ev.features:
         assert f["feature"] in scored.columns
 

@@ -10,9 +10,9 @@ import numpy as np
 import pandas as pd
 import pytest
 from autometrics.evaluators.fit import Evaluator, fit_evaluator
-from autometrics.evaluators.llm import LLMClient, LLMConfig
+from autometrics.evaluators.llm.client import LLMClient, LLMConfig
 from autometrics.evaluators.report import attach_analyses, write_reports
-from autometrics.evaluators.robustness import (
+from autometrics.evaluators.analysis.robustness import (
     PERTURBATIONS,
     PerturbationCache,
     Perturber,
@@ -22,7 +22,7 @@ from autometrics.evaluators.robustness import (
     split_sentences,
     stability,
 )
-from autometrics.evaluators.scaling import bootstrap_taus, run_scaling, scaling_sizes
+from autometrics.evaluators.analysis.scaling import bootstrap_taus, run_scaling, scaling_sizes
 from autometrics.evaluators.stats import kendall_tau
 from llm.fake_server import FakeLLMServer  # tests/llm, the package the LLM tests use
 
@@ -185,7 +185,7 @@ def test_length_scorer_detects_truncation_and_is_stable_under_reordering(tmp_pat
 
 
 def test_evaluator_metric_and_baseline_scorers(tmp_path):
-    from autometrics.evaluators.baselines import BestMetricBaseline, MetricFeatures
+    from autometrics.evaluators.benchmark.baselines import BestMetricBaseline, MetricFeatures
     from autometrics.metricbank import get_metric
 
     rng = np.random.default_rng(0)
@@ -248,8 +248,8 @@ def test_scaling_curve_on_simpeval(datasets_dir):
 
 
 def test_scaling_llm_arms_with_fake_server(tmp_path, monkeypatch):
-    from autometrics.evaluators.autometrics import AutoMetricsOptions
-    from autometrics.evaluators.generate import GeneratorCounts
+    from autometrics.evaluators.judges.options import LLMOptions
+    from autometrics.evaluators.judges.options import GeneratorCounts
 
     monkeypatch.setenv("LITELLM_LOCAL_MODEL_COST_MAP", "True")
     rng = np.random.default_rng(0)
@@ -257,7 +257,7 @@ def test_scaling_llm_arms_with_fake_server(tmp_path, monkeypatch):
     df = pd.DataFrame({"id": [f"r{i}" for i in range(40)], "input": [f"question {i}" for i in range(40)],
                        "output": [" ".join(["word"] * int(x)) for x in k], "score": k + rng.normal(0, 0.3, 40)})
     with FakeLLMServer(judge=lambda t: max(1, min(5, len(t.split())))) as srv:
-        opts = AutoMetricsOptions(llm=f"openai/fake@{srv.url}", counts=GeneratorCounts(1, 0, 0, 0), rerank=False,
+        opts = LLMOptions(llm=f"openai/fake@{srv.url}", counts=GeneratorCounts(1, 0, 0, 0), rerank=False,
                                   dense=False, rationales=0, cache=str(tmp_path / "llm.sqlite"), retrieve_k=5)
         sc = run_scaling(df, "score", sizes=(10,), seeds=1, metrics=["OutputLength", "BLEU"], llm_options=opts, n_boot=100)
     assert set(sc.table["arm"]) == {"bank", "generated", "generated+bank"}

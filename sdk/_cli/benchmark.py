@@ -7,7 +7,7 @@
 Prints the table (held-out Kendall τ mean ± 95 % t-interval over seeds, LLM calls, tokens, wall
 time per method) and writes DIR/benchmark.json and DIR/benchmark.md.  Without --llm the LLM
 methods are skipped with a note and AutoMetrics runs LLM-free.  See
-:mod:`autometrics.evaluators.benchmark`.
+:mod:`autometrics.evaluators.benchmark.harness`.
 """
 
 from __future__ import annotations
@@ -61,7 +61,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def cmd_benchmark(args) -> int:
-    from ..evaluators.benchmark import METHODS, run_benchmark
+    from autometrics.evaluators.benchmark.harness import METHODS, run_benchmark
 
     methods = [m.strip() for m in (args.methods or _METHODS).split(",") if m.strip()]
     unknown = [m for m in methods if m not in METHODS]
@@ -71,7 +71,7 @@ def cmd_benchmark(args) -> int:
         raise ValueError("--seeds must be at least 1")
     counts = None
     if args.llm and args.quick:
-        from ..evaluators.generate import QUICK_COUNTS
+        from autometrics.evaluators.judges.generate import QUICK_COUNTS
 
         counts = QUICK_COUNTS
     result = run_benchmark(

@@ -38,7 +38,7 @@ def _fit_opts(p: argparse.ArgumentParser) -> None:
 
 
 def _drift_opts(p: argparse.ArgumentParser) -> None:
-    from ..evaluators.drift import DriftThresholds  # light: no numpy at import
+    from autometrics.evaluators.continuous.drift import DriftThresholds  # light: no numpy at import
 
     d = DriftThresholds()
     g = p.add_argument_group(
@@ -65,7 +65,7 @@ def _drift_opts(p: argparse.ArgumentParser) -> None:
 
 def _drift_config(args) -> dict:
     """MonitorConfig fields from the drift flags (ValueError, exit 2, on a bad value)."""
-    from ..evaluators.drift import DriftThresholds
+    from autometrics.evaluators.continuous.drift import DriftThresholds
 
     for name in ("drift_window", "validity_window"):
         if getattr(args, name) < 1:
@@ -139,7 +139,7 @@ def add_commands(subparsers) -> None:
 def _monitor(args, **over):
     import os
 
-    from ..collectors.continuous import Monitor, MonitorConfig
+    from autometrics.evaluators.continuous.monitor import Monitor, MonitorConfig
 
     cfg = MonitorConfig(target=args.target, project=args.project or os.environ.get("AUTOMETRICS_PROJECT") or "default",
                         task=getattr(args, "task", None) or os.environ.get("AUTOMETRICS_TASK"))
@@ -162,17 +162,20 @@ def _fmt_stats(s: dict) -> str:
 
 
 def cmd_worker(args) -> int:
-    from ..collectors.worker import Worker, WorkerOptions, dashboard_default
+    from autometrics.evaluators.continuous.worker import Worker, WorkerOptions, dashboard_default
 
     if args.langfuse_max_attempts < 1:
         raise ValueError("--langfuse-max-attempts must be at least 1")
     mon = _monitor(args, batch_size=args.batch_size, settle_seconds=args.settle_seconds, **_drift_config(args))
+    from autometrics.dashboards.publish import default_publishers
+
     opts = WorkerOptions(refit_interval=args.refit_interval or None, min_new_feedback=args.min_new_feedback or None, poll=args.poll,
-                         score_interval=args.score_interval, langfuse=args.langfuse, jobstore=not args.no_jobstore,
-                         langfuse_max_attempts=args.langfuse_max_attempts)
-    opts.dashboard = args.dashboard or str(dashboard_default(mon.store))
-    w = Worker(mon.store, mon.cfg, opts)
-    print(f"worker: {mon.store!r}, project {mon.cfg.project!r}, target {mon.cfg.target!r}; dashboard {opts.dashboard}", flush=True)
+                         score_interval=args.score_interval, jobstore=not args.no_jobstore)
+    dashboard = args.dashboard or str(dashboard_default(mon.store))
+    pubs = default_publishers(dashboard=dashboard, langfuse=args.langfuse, langfuse_max_attempts=args.langfuse_max_attempts,
+                              echo_key=None if args.once else f"{mon.cfg.project}/{mon.cfg.target}")
+    w = Worker(mon.store, mon.cfg, opts, publishers=pubs)
+    print(f"worker: {mon.store!r}, project {mon.cfg.project!r}, target {mon.cfg.target!r}; dashboard {dashboard}", flush=True)
     if args.once:
         out = w.run_once()
         print(out["refit"])
@@ -222,30 +225,16 @@ def cmd_versions(args) -> int:
         if args.out:
             from pathlib import Path
 
-            from ..evaluators.fit import Evaluator
+            from autometrics.evaluators.evaluator import Evaluator
 
             out = Path(args.out)
             Evaluator(x["artifact"]).save(out / "evaluator.json")
-            with mon.store.engine.connect() as conn:
-                import sqlalchemy as sa
-
-                from ..collectors.store import evaluator_versions as ev
-
-                report = conn.execute(sa.select(ev.c.report).where(ev.c.id == x["id"])).scalar()
+            report = mon.store.version_report(x["id"])
             (out / "report.md").write_text(report or "", encoding="utf-8")
             print(f"  wrote {out / 'evaluator.json'}, {out / 'report.md'}")
         return 0
     if args.versions_command == "compare":
-        from ..evaluators.fit import Evaluator
-        from ..evaluators.refit import compare, holdout_predictions, newest_holdout
-
-        a, b = mon.version(args.a), mon.version(args.b)
-        frame = mon.labelled_frame()
-        _, hold_pos = newest_holdout(frame, args.holdout)
-        hold = frame.iloc[hold_pos]
-        y = hold[mon.cfg.target].to_numpy(dtype=float)
-        cmp = compare(holdout_predictions(Evaluator(b["artifact"]), hold), holdout_predictions(Evaluator(a["artifact"]), hold), y,
-                      n_boot=args.n_boot)
+        a, b, cmp = mon.compare_versions(args.a, args.b, holdout=args.holdout, n_boot=args.n_boot)
         print(f"on the newest {cmp.n} held-out feedback points of {mon.cfg.target!r}:")
         print(f"  v{a['version']} ({a['status']}): {_fmt_stats(cmp.champion)}")
         print(f"  v{b['version']} ({b['status']}): {_fmt_stats(cmp.challenger)}")
@@ -263,17 +252,17 @@ def cmd_versions(args) -> int:
 
 
 def cmd_dashboard(args) -> int:
-    from ..collectors.worker import dashboard_default
+    from autometrics.evaluators.continuous.worker import dashboard_default
 
     mon = _monitor(args)
     if args.serve:
-        from ..dashboards.server import DashboardServer
+        from autometrics.dashboards.server import DashboardServer
 
         srv = DashboardServer(mon, host=args.host, port=args.port)
         print(f"serving the dashboard on {srv.url} (Ctrl-C to stop)", flush=True)
         srv.serve_forever()
         return 0
-    from ..dashboards.render import write_dashboard
+    from autometrics.dashboards.render import write_dashboard
 
     path = write_dashboard(mon, args.out or dashboard_default(mon.store))
     print(f"wrote {path}\nopen {path.resolve().as_uri()}")
@@ -281,12 +270,12 @@ def cmd_dashboard(args) -> int:
 
 
 def cmd_demo(args) -> int:
-    from ..demo import DEMO_PROJECT, TARGET, run_demo
+    from autometrics.demo import DEMO_PROJECT, TARGET, run_demo
 
     res = run_demo(args.out, no_llm=args.no_llm, seed=args.seed, n_boot=args.n_boot)
     if args.serve:
-        from ..collectors.continuous import Monitor, MonitorConfig
-        from ..dashboards.server import DashboardServer
+        from autometrics.dashboards.server import DashboardServer
+        from autometrics.evaluators.continuous.monitor import Monitor, MonitorConfig
 
         mon = Monitor(f"sqlite:///{res['store']}", MonitorConfig(target=TARGET, project=DEMO_PROJECT))
         srv = DashboardServer(mon, port=args.port, title="AutoMetrics demo (SimpEval)")

@@ -107,10 +107,10 @@ def _build_parser() -> argparse.ArgumentParser:
     cs.add_argument("--max-body", type=int, default=16 << 20, help="largest request body in bytes (default 16 MiB)")
     cs.add_argument("--langfuse", choices=["auto", "on", "off"], default="auto",
                     help="forward to Langfuse (auto: when LANGFUSE_PUBLIC_KEY/SECRET_KEY are set)")
-    from . import continuous
+    from autometrics._cli import continuous
 
     continuous.add_commands(sub)  # worker, refit, versions, dashboard, demo
-    from . import benchmark as _benchmark
+    from autometrics._cli import benchmark as _benchmark
 
     _benchmark.add_parser(sub)  # benchmark: the evaluator vs baselines on the same splits
     lp = sub.add_parser("llm", help="the embedded local LLM (llama.cpp server with a small GGUF model from PyPI)")
@@ -129,14 +129,13 @@ def _build_parser() -> argparse.ArgumentParser:
 
 
 def _llm_options(args):
-    from ..evaluators.autometrics import AutoMetricsOptions
-    from ..evaluators.generate import PAPER_COUNTS, QUICK_COUNTS
+    from autometrics.evaluators.judges.options import PAPER_COUNTS, QUICK_COUNTS, LLMOptions
 
     base = QUICK_COUNTS if args.quick else PAPER_COUNTS
     counts = type(base)(**{**base.__dict__, **{k: v for k, v in {
         "n_single": args.n_single, "n_rubric": args.n_rubric, "n_example": args.n_example, "n_optimized": args.n_optimized,
     }.items() if v is not None}})
-    return AutoMetricsOptions(
+    return LLMOptions(
         llm=args.llm, judge_llm=args.judge_llm, counts=counts, retrieve_k=args.retrieve_k, use_bank=args.use_bank,
         rerank=not args.no_rerank, rationales=args.rationales, compare_multi=args.compare_multi, judge_mode=args.judge_mode,
         concurrency=args.llm_concurrency, timeout=args.llm_timeout, cache=args.llm_cache,
@@ -144,12 +143,12 @@ def _llm_options(args):
 
 
 def _cmd_fit(args) -> int:
-    from ..evaluators.fit import fit_evaluator
-    from ..evaluators.report import write_reports
+    from autometrics.evaluators.fit import fit_evaluator
+    from autometrics.evaluators.report import write_reports
 
     metrics = [m.strip() for m in args.metrics.split(",")] if args.metrics else None
     out_root = Path(args.out)
-    from ..evaluators.data import load_dataset
+    from autometrics.evaluators.data import load_dataset
 
     ds = load_dataset(
         args.data,
@@ -171,19 +170,17 @@ def _cmd_fit(args) -> int:
         return 0
     for t in args.target:
         if use_llm:
-            from ..evaluators.autometrics import fit_autometrics
-
             opts = _llm_options(args)
-            kw = dict(task=args.task, options=opts, test_size=args.test_size, seed=args.seed, top_n=args.top_n,
+            kw = dict(task=args.task, llm_options=opts, test_size=args.test_size, seed=args.seed, top_n=args.top_n,
                       n_boot=args.n_boot, progress=not args.no_progress, dataset=ds)
             if args.dry_run:
-                plan = fit_autometrics(args.data, t, dry_run=True, **kw)
+                plan = fit_evaluator(args.data, t, dry_run=True, **kw)
                 print(f"[{t}] dry run: estimated LLM calls and tokens (generator {opts.llm}, judge {opts.judge_llm or opts.llm})")
                 print(f"{'stage':<20} {'calls':>7} {'prompt tok':>11} {'compl tok':>10}")
                 for stage, v in plan.items():
                     print(f"{stage:<20} {v['calls']:>7} {v['prompt_tokens']:>11} {v['completion_tokens']:>10}")
                 continue
-            result = fit_autometrics(args.data, t, echo=print, **kw)
+            result = fit_evaluator(args.data, t, echo=print, **kw)
         else:
             result = fit_evaluator(
                 args.data,
@@ -229,10 +226,10 @@ def _cmd_fit(args) -> int:
 
 def _fit_analyses(args, ds, target, result, metrics, use_llm) -> None:
     """``--scaling`` / ``--robustness``: run them and store them in the artifact for the report."""
-    from ..evaluators.report import attach_analyses
+    from autometrics.evaluators.report import attach_analyses
 
     if args.scaling:
-        from ..evaluators.scaling import run_scaling
+        from autometrics.evaluators.analysis.scaling import run_scaling
 
         sc = run_scaling(None, target, dataset=ds, seeds=args.scaling_seeds, test_size=args.test_size, seed=args.seed,
                          top_n=args.top_n, metrics=metrics, llm_options=_llm_options(args) if use_llm else None,
@@ -241,7 +238,7 @@ def _fit_analyses(args, ds, target, result, metrics, use_llm) -> None:
             print(f"[{target}] scaling: {line}")
         attach_analyses(result, scaling=sc)
     if args.robustness:
-        from ..evaluators.robustness import best_metric_scorer, run_robustness
+        from autometrics.evaluators.analysis.robustness import best_metric_scorer, run_robustness
 
         scorers = {"evaluator": result.evaluator}
         best = best_metric_scorer(result.evaluator)
@@ -268,7 +265,7 @@ def _usage_table(usage: dict) -> str:
 
 
 def _cmd_llm(args) -> int:
-    from ..evaluators import local_llm
+    from autometrics.evaluators.llm import local as local_llm
 
     if args.llm_command == "install":
         local_llm.install_model(args.model, find_links=args.find_links, remove_parts=args.remove_parts)
@@ -291,7 +288,7 @@ def _cmd_llm(args) -> int:
 
 
 def _cmd_score(args) -> int:
-    from ..evaluators.fit import SCORE_COLUMN, Evaluator
+    from autometrics.evaluators.fit import SCORE_COLUMN, Evaluator
 
     ev = Evaluator.load(args.evaluator)
     cols = {"input_col": args.input_col, "output_col": args.output_col, "reference_cols": args.reference_col}
@@ -307,7 +304,7 @@ def _cmd_score(args) -> int:
 
 def _bank_status(cls) -> tuple[str, str]:
     """(short status for the table, full reason) of one metric class; the reason is "" when it runs here."""
-    from ..metricbank import MetricUnavailable
+    from autometrics.metricbank import MetricUnavailable
 
     try:
         cls().check_available()
@@ -353,7 +350,7 @@ def _print_unavailable(rows: list[tuple]) -> None:
 
 
 def _cmd_bank(args) -> int:
-    from ..metricbank import list_metrics, load_card, metric_class
+    from autometrics.metricbank import list_metrics, load_card, metric_class
 
     if args.bank_command == "show":
         print(load_card(metric_class(args.name).name))
@@ -392,7 +389,7 @@ def _cmd_collector(args) -> int:
     if args.collector_command != "serve":
         print("usage: autometrics collector serve [options]", file=sys.stderr)
         return 2
-    from ..collectors.server import serve
+    from autometrics.collectors.server import serve
 
     return serve(args.store, host=args.host, port=args.port, api_keys=args.api_key, allow_no_auth=args.no_auth,
                  max_body=args.max_body, langfuse=args.langfuse)
@@ -403,16 +400,16 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     if args.version:
-        from .. import __version__
+        from autometrics import __version__
 
         print(__version__)
         return 0
     if not args.command:
         parser.print_help()
         return 2
-    from ..evaluators.data import DataError
-    from .benchmark import cmd_benchmark
-    from .continuous import HANDLERS
+    from autometrics._cli.benchmark import cmd_benchmark
+    from autometrics._cli.continuous import HANDLERS
+    from autometrics.evaluators.data import DataError
 
     handler = {"fit": _cmd_fit, "score": _cmd_score, "bank": _cmd_bank, "collector": _cmd_collector, "llm": _cmd_llm, **HANDLERS,
                "benchmark": cmd_benchmark}[args.command]

@@ -16,8 +16,8 @@ pytest.importorskip("apscheduler", reason="needs the `observe` extra")
 def fitted_store(tmp_path_factory):
     """A SQLite store with 220 labelled SimpEval traces, one refit (v1 champion) and 140
     unlabelled traces scored online; shared read-only by several tests (copy the file to mutate it)."""
-    from autometrics.collectors.continuous import Monitor, MonitorConfig
     from autometrics.collectors.store import TraceStore
+    from autometrics.evaluators.continuous.monitor import Monitor, MonitorConfig
 
     from .helpers import simpeval, write_traces
 

@@ -42,3 +42,4 @@ def add_feedback(store, trace_ids, values, *, target="score", t0_ns: int, prefix
 
 
 __all__ = ["simpeval", "write_traces", "add_feedback", "np"]
+

@@ -12,21 +12,17 @@ import shutil
 import time
 
 import pytest
+from waiting import wait_until
 
 
 def _wait(pred, timeout=15.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if pred():
-            return True
-        time.sleep(0.05)
-    return False
+    return wait_until(pred, timeout)
 
 
 def _push_state(mon) -> dict:
     """trace_id -> {pushed_at_ns, push_attempts, push_error} of the champion's online scores."""
     import sqlalchemy as sa
-    from autometrics.collectors.store import trace_scores as s
+    from autometrics.collectors.store.schema import trace_scores as s
 
     with mon.store.engine.connect() as c:
         rows = c.execute(sa.select(s.c.trace_id, s.c.pushed_at_ns, s.c.push_attempts, s.c.push_error)
@@ -60,8 +56,8 @@ def test_validator_rejects_bodies_that_break_the_spec():
 
 
 def test_push_scores_configs_rationales_and_warnings(fitted_store, tmp_path, langfuse_server):
-    from autometrics.collectors.continuous import Monitor, MonitorConfig
     from autometrics.dashboards.langfuse_push import WARNING_NAME, LangfusePush, push_pending
+    from autometrics.evaluators.continuous.monitor import Monitor, MonitorConfig
 
     url = _copy_store(fitted_store, tmp_path)
     mon = Monitor(url, MonitorConfig(target="score", project="p", settle_seconds=0, n_boot=200))
@@ -99,8 +95,8 @@ def test_push_scores_configs_rationales_and_warnings(fitted_store, tmp_path, lan
 
 
 def test_low_significance_warning_is_visible_in_langfuse(fitted_store, tmp_path, langfuse_server):
-    from autometrics.collectors.continuous import Monitor, MonitorConfig
     from autometrics.dashboards.langfuse_push import WARNING_NAME, LangfusePush
+    from autometrics.evaluators.continuous.monitor import Monitor, MonitorConfig
 
     mon = Monitor(_copy_store(fitted_store, tmp_path), MonitorConfig(target="score", project="p"))
     ch = mon.champion()
@@ -120,8 +116,8 @@ def test_low_significance_warning_is_visible_in_langfuse(fitted_store, tmp_path,
 
 def test_langfuse_down_never_raises(fitted_store, tmp_path, monkeypatch):
     pytest.importorskip("langfuse")
-    from autometrics.collectors.continuous import Monitor, MonitorConfig
     from autometrics.dashboards.langfuse_push import LangfusePush, push_pending
+    from autometrics.evaluators.continuous.monitor import Monitor, MonitorConfig
 
     monkeypatch.setenv("LANGFUSE_PUBLIC_KEY", "pk-lf-down")
     monkeypatch.setenv("LANGFUSE_SECRET_KEY", "sk-lf-down")
@@ -141,8 +137,8 @@ def test_langfuse_down_never_raises(fitted_store, tmp_path, monkeypatch):
 def test_scores_are_pushed_only_once_delivered_500_then_recovery(fitted_store, tmp_path, langfuse_server, caplog):
     """Langfuse answers 500 to score ingestion: nothing is marked pushed, the attempt is recorded
     and logged; once it recovers the next cycle delivers the same traces, each score id once."""
-    from autometrics.collectors.continuous import Monitor, MonitorConfig
     from autometrics.dashboards.langfuse_push import WARNING_NAME, LangfusePush, push_pending
+    from autometrics.evaluators.continuous.monitor import Monitor, MonitorConfig
     from langfuse_server import SCORES_PATH
 
     mon = Monitor(_copy_store(fitted_store, tmp_path), MonitorConfig(target="score", project="p"))
@@ -181,14 +177,15 @@ def test_scores_are_pushed_only_once_delivered_500_then_recovery(fitted_store, t
 def test_worker_push_with_langfuse_down_then_back_up(fitted_store, tmp_path, langfuse_server, clean_env, monkeypatch):
     """The worker's score job with Langfuse down (connection refused): no trace counts as pushed;
     the same server back on the same port: the next job delivers every trace, once."""
-    from autometrics.collectors.continuous import MonitorConfig
-    from autometrics.collectors.worker import Worker, WorkerOptions
+    from autometrics.dashboards.publish import LangfusePublisher
+    from autometrics.evaluators.continuous.monitor import MonitorConfig
+    from autometrics.evaluators.continuous.worker import Worker, WorkerOptions
 
     for k in ("LANGFUSE_PUBLIC_KEY", "LANGFUSE_SECRET_KEY", "LANGFUSE_BASE_URL"):  # clean_env removed them
         monkeypatch.setenv(k, {"LANGFUSE_PUBLIC_KEY": langfuse_server.public_key, "LANGFUSE_SECRET_KEY": langfuse_server.secret_key,
                                "LANGFUSE_BASE_URL": langfuse_server.url}[k])
     w = Worker(_copy_store(fitted_store, tmp_path), MonitorConfig(target="score", project="p", settle_seconds=0, n_boot=100),
-               WorkerOptions(langfuse="on", langfuse_max_attempts=3))
+               WorkerOptions(), publishers=[LangfusePublisher("on", max_attempts=3)])
     langfuse_server.go_down()
     out = w.run("score")
     assert "error" not in out and out["langfuse"]["scores"] == 0, out
@@ -213,8 +210,8 @@ def test_worker_push_with_langfuse_down_then_back_up(fitted_store, tmp_path, lan
 
 
 def test_delivery_attempts_are_bounded(fitted_store, tmp_path, langfuse_server, caplog):
-    from autometrics.collectors.continuous import Monitor, MonitorConfig
     from autometrics.dashboards.langfuse_push import LangfusePush, push_pending
+    from autometrics.evaluators.continuous.monitor import Monitor, MonitorConfig
 
     mon = Monitor(_copy_store(fitted_store, tmp_path), MonitorConfig(target="score", project="p"))
     pusher = LangfusePush(timeout=2)
@@ -235,8 +232,8 @@ def test_delivery_attempts_are_bounded(fitted_store, tmp_path, langfuse_server, 
 def test_rejected_scores_count_as_delivered_and_are_not_retried(fitted_store, tmp_path, langfuse_server, caplog):
     """A 207 (some scores invalid): Langfuse asks not to retry; the rows are marked pushed with the
     rejection kept in push_error and logged."""
-    from autometrics.collectors.continuous import Monitor, MonitorConfig
     from autometrics.dashboards.langfuse_push import LangfusePush, config_name, push_pending
+    from autometrics.evaluators.continuous.monitor import Monitor, MonitorConfig
 
     mon = Monitor(_copy_store(fitted_store, tmp_path), MonitorConfig(target="score", project="p"))
     feat = mon.champion()["artifact"]["features"][0]["feature"]
@@ -255,8 +252,8 @@ def test_rejected_scores_count_as_delivered_and_are_not_retried(fitted_store, tm
 @pytest.mark.skipif(not (os.environ.get("LANGFUSE_HOST") and os.environ.get("LANGFUSE_PUBLIC_KEY") and os.environ.get("LANGFUSE_SECRET_KEY")),
                     reason="opt-in: set LANGFUSE_HOST, LANGFUSE_PUBLIC_KEY and LANGFUSE_SECRET_KEY to run against a real Langfuse")
 def test_real_langfuse_opt_in(fitted_store, tmp_path):  # pragma: no cover - needs a real server
-    from autometrics.collectors.continuous import Monitor, MonitorConfig
     from autometrics.dashboards.langfuse_push import LangfusePush, push_pending
+    from autometrics.evaluators.continuous.monitor import Monitor, MonitorConfig
 
     mon = Monitor(_copy_store(fitted_store, tmp_path), MonitorConfig(target="score", project="p"))
     p = LangfusePush(base_url=os.environ["LANGFUSE_HOST"])

@@ -9,7 +9,7 @@ from .helpers import simpeval, write_traces
 
 
 def test_newest_holdout_is_newest_and_grouped():
-    from autometrics.evaluators.refit import newest_holdout
+    from autometrics.evaluators.continuous.refit import newest_holdout
 
     f = pd.DataFrame({"input": ["a", "a", "b", "c", "c", "d"], "feedback_ns": [1, 9, 2, 3, 4, 8]})
     train, hold = newest_holdout(f, 0.5)
@@ -18,7 +18,7 @@ def test_newest_holdout_is_newest_and_grouped():
 
 
 def test_paired_bootstrap_promotes_only_beyond_noise():
-    from autometrics.evaluators.refit import compare, decide
+    from autometrics.evaluators.continuous.refit import compare, decide
 
     rng = np.random.default_rng(0)
     y = rng.normal(size=150)
@@ -35,8 +35,8 @@ def test_paired_bootstrap_promotes_only_beyond_noise():
 
 
 def test_refit_versions_champion_challenger_and_rollback(store_url):
-    from autometrics.collectors.continuous import Monitor, MonitorConfig
     from autometrics.collectors.store import TraceStore
+    from autometrics.evaluators.continuous.monitor import Monitor, MonitorConfig
 
     store = TraceStore(store_url)
     df = simpeval()
@@ -74,7 +74,7 @@ def test_refit_versions_champion_challenger_and_rollback(store_url):
 
 
 def test_fit_for_refit_falls_back_without_llm_pipeline(monkeypatch, tmp_path):
-    from autometrics.evaluators.refit import fit_for_refit, llm_pipeline_status
+    from autometrics.evaluators.continuous.refit import fit_for_refit, llm_pipeline_status
 
     monkeypatch.setenv("AUTOMETRICS_LOCAL_MODEL_PATH", str(tmp_path / "no-model.gguf"))  # as on a fresh machine
     ok, why = llm_pipeline_status("auto")
@@ -88,8 +88,8 @@ def test_fit_for_refit_falls_back_without_llm_pipeline(monkeypatch, tmp_path):
 
 
 def test_refit_error_is_an_outcome_not_an_exception(sqlite_url, monkeypatch):
-    from autometrics.collectors.continuous import Monitor, MonitorConfig
     from autometrics.collectors.store import TraceStore
+    from autometrics.evaluators.continuous.monitor import Monitor, MonitorConfig
 
     store = TraceStore(sqlite_url)
     write_traces(store, simpeval(60))
@@ -98,7 +98,7 @@ def test_refit_error_is_an_outcome_not_an_exception(sqlite_url, monkeypatch):
     def boom(*a, **k):
         raise RuntimeError("metric exploded")
 
-    monkeypatch.setattr("autometrics.evaluators.refit.fit_for_refit", boom)
+    monkeypatch.setattr("autometrics.evaluators.continuous.refit.fit_for_refit", boom)
     out = mon.refit()
     assert out.outcome == "error" and "metric exploded" in out.message
     assert mon.alerts()[0]["kind"] == "refit_error"

@@ -26,7 +26,7 @@ def _copy(url, tmp_path):
 
 
 def test_online_scores_have_metrics_contributions_and_rationales(fitted_store):
-    from autometrics.collectors.continuous import Monitor, MonitorConfig
+    from autometrics.evaluators.continuous.monitor import Monitor, MonitorConfig
 
     mon = Monitor(fitted_store, MonitorConfig(target="score", project="p"))
     ch = mon.champion()
@@ -43,8 +43,8 @@ def test_online_scores_have_metrics_contributions_and_rationales(fitted_store):
 
 
 def test_unscorable_and_young_traces(sqlite_url):
-    from autometrics.collectors.continuous import Monitor, MonitorConfig
     from autometrics.collectors.store import TraceStore
+    from autometrics.evaluators.continuous.monitor import Monitor, MonitorConfig
 
     store = TraceStore(sqlite_url)
     write_traces(store, simpeval(60), project="p")
@@ -65,8 +65,8 @@ def test_unscorable_and_young_traces(sqlite_url):
 
 
 def test_drift_and_validity_alerts(fitted_store, tmp_path):
-    from autometrics.collectors.continuous import Monitor, MonitorConfig
-    from autometrics.evaluators.drift import psi, score_drift
+    from autometrics.evaluators.continuous.drift import psi, score_drift
+    from autometrics.evaluators.continuous.monitor import Monitor, MonitorConfig
 
     rng = np.random.default_rng(0)
     a = rng.normal(size=500)
@@ -92,7 +92,7 @@ def test_drift_and_validity_alerts(fitted_store, tmp_path):
 
 
 def test_drift_thresholds_decide_whether_an_alert_fires():
-    from autometrics.evaluators.drift import DriftThresholds, score_drift, validity_decay
+    from autometrics.evaluators.continuous.drift import DriftThresholds, score_drift, validity_decay
 
     rng = np.random.default_rng(1)
     ref, cur = rng.normal(size=400), rng.normal(0.6, 1, 300)
@@ -121,7 +121,7 @@ def test_worker_drift_flags_change_whether_an_alert_fires(fitted_store, tmp_path
     """`autometrics worker --once` on shifted traffic: with --drift-psi above the shift no drift
     alert; with the default thresholds the same data raises it."""
     from autometrics._cli.main import main
-    from autometrics.collectors.continuous import Monitor, MonitorConfig
+    from autometrics.evaluators.continuous.monitor import Monitor, MonitorConfig
 
     url = _copy(fitted_store, tmp_path)
     mon = Monitor(url, MonitorConfig(target="score", project="p"))
@@ -167,8 +167,8 @@ def _png_pixels(path):
 
 
 def test_dashboard_html_is_self_contained(fitted_store, tmp_path):
-    from autometrics.collectors.continuous import Monitor, MonitorConfig
     from autometrics.dashboards.render import write_dashboard
+    from autometrics.evaluators.continuous.monitor import Monitor, MonitorConfig
 
     mon = Monitor(fitted_store, MonitorConfig(target="score", project="p"))
     html = write_dashboard(mon, tmp_path / "d.html").read_text()
@@ -193,9 +193,9 @@ def test_dashboard_warning_count_matches_the_listed_warnings(fitted_store, tmp_p
     """The card counts both kinds that the section lists: the evaluator's own warnings (low
     significance, small n) and the stored drift/validity alerts."""
     import sqlalchemy as sa
-    from autometrics.collectors.continuous import Monitor, MonitorConfig
-    from autometrics.collectors.store import evaluator_versions
+    from autometrics.collectors.store.schema import evaluator_versions
     from autometrics.dashboards.render import render_dashboard
+    from autometrics.evaluators.continuous.monitor import Monitor, MonitorConfig
 
     mon = Monitor(_copy(fitted_store, tmp_path), MonitorConfig(target="score", project="p"))
     a, w, la, lw = _warning_counts(render_dashboard(mon))  # whatever the fixture's champion has, card and list agree
@@ -224,8 +224,8 @@ def test_dashboard_warning_count_matches_the_listed_warnings(fitted_store, tmp_p
 
 
 def test_dashboard_server_on_loopback(fitted_store):
-    from autometrics.collectors.continuous import Monitor, MonitorConfig
     from autometrics.dashboards.server import DashboardServer
+    from autometrics.evaluators.continuous.monitor import Monitor, MonitorConfig
 
     srv = DashboardServer(Monitor(fitted_store, MonitorConfig(target="score", project="p")), port=0).start()
     try:
@@ -243,8 +243,8 @@ def test_dashboard_renders_in_headless_chromium(fitted_store, tmp_path):
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
     if not chromium:
         pytest.skip("Debian's chromium is not installed")
-    from autometrics.collectors.continuous import Monitor, MonitorConfig
     from autometrics.dashboards.render import write_dashboard
+    from autometrics.evaluators.continuous.monitor import Monitor, MonitorConfig
 
     page = write_dashboard(Monitor(fitted_store, MonitorConfig(target="score", project="p")), tmp_path / "dashboard.html")
     shot = tmp_path / "shot.png"

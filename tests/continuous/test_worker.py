@@ -15,8 +15,8 @@ from .helpers import add_feedback, simpeval, write_traces
 
 
 def _lock_holder(url, q, hold):
-    from autometrics.collectors.locks import RefitLock
     from autometrics.collectors.store import TraceStore
+    from autometrics.collectors.store.locks import RefitLock
 
     lock = RefitLock(TraceStore(url, migrate=False))
     got = lock.acquire()
@@ -29,8 +29,8 @@ def _lock_holder(url, q, hold):
 def test_refit_lock_excludes_other_processes(store_url):
     import multiprocessing as mp
 
-    from autometrics.collectors.locks import RefitLock
     from autometrics.collectors.store import TraceStore
+    from autometrics.collectors.store.locks import RefitLock
 
     store = TraceStore(store_url)
     ctx = mp.get_context("spawn")
@@ -58,7 +58,8 @@ def test_two_worker_processes_never_refit_at_once(tmp_path, store_url):
     """Two `autometrics worker` processes on one store, both with a 0.5 s refit interval, while
     new feedback keeps arriving: refits happen, some attempts find the lock taken, and no two
     refit runs overlap in time."""
-    from autometrics.collectors.store import TraceStore, refit_runs
+    from autometrics.collectors.store import TraceStore
+    from autometrics.collectors.store.schema import refit_runs
 
     store = TraceStore(store_url)
     df = simpeval()
@@ -131,14 +132,15 @@ def test_worker_once_scores_and_writes_dashboard(tmp_path, sqlite_url):
 
 def test_scheduled_jobs_run_in_process(sqlite_url):
     """BackgroundScheduler with the SQLAlchemy job store runs the jobs (short intervals)."""
-    from autometrics.collectors.continuous import MonitorConfig
     from autometrics.collectors.store import TraceStore
-    from autometrics.collectors.worker import Worker, WorkerOptions, wait_until
+    from autometrics.evaluators.continuous.monitor import MonitorConfig
+    from autometrics.evaluators.continuous.worker import Worker, WorkerOptions
+    from waiting import wait_until
 
     store = TraceStore(sqlite_url)
     write_traces(store, simpeval(80), project="p")
     w = Worker(store, MonitorConfig(target="score", project="p", n_boot=50, settle_seconds=0),
-               WorkerOptions(refit_interval=None, min_new_feedback=1, poll=0.2, score_interval=0.3, langfuse="off"))
+               WorkerOptions(refit_interval=None, min_new_feedback=1, poll=0.2, score_interval=0.3))
     w.start()
     try:
         assert wait_until(lambda: w.monitor.champion() is not None, 40)
@@ -150,8 +152,8 @@ def test_scheduled_jobs_run_in_process(sqlite_url):
 
 _SLOW_REFIT = """
 import sys, time
-import autometrics.evaluators.refit as refit
-from autometrics.collectors.continuous import Monitor, MonitorConfig
+import autometrics.evaluators.continuous.refit as refit
+from autometrics.evaluators.continuous.monitor import Monitor, MonitorConfig
 
 def slow_fit(*a, **k):  # the fit of a worker that is about to be killed
     print("fitting", flush=True)
@@ -166,8 +168,9 @@ def test_refit_left_running_by_a_killed_worker_is_marked_interrupted(store_url):
     """A worker killed mid-refit leaves its run 'running'.  While it lives (and holds the lock)
     nobody touches that record; once it is dead, the next refit, which holds the lock and so
     proves nobody else is running, marks it interrupted with the reason."""
-    from autometrics.collectors.continuous import Monitor, MonitorConfig
-    from autometrics.collectors.store import TraceStore, refit_runs
+    from autometrics.collectors.store import TraceStore
+    from autometrics.collectors.store.schema import refit_runs
+    from autometrics.evaluators.continuous.monitor import Monitor, MonitorConfig
 
     store = TraceStore(store_url)
     write_traces(store, simpeval(60), project="p")

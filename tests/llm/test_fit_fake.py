@@ -8,9 +8,9 @@ import json
 import numpy as np
 import pandas as pd
 import pytest
-from autometrics.evaluators.autometrics import AutoMetricsOptions, fit_autometrics
-from autometrics.evaluators.fit import Evaluator
-from autometrics.evaluators.generate import QUICK_COUNTS, GeneratorCounts
+from autometrics.evaluators.fit import Evaluator, fit_evaluator
+from autometrics.evaluators.judges.generate import QUICK_COUNTS, GeneratorCounts
+from autometrics.evaluators.judges.options import LLMOptions
 from autometrics.evaluators.report import write_reports
 
 
@@ -39,9 +39,9 @@ def test_full_fit_with_faults_generated_only(fake, env):
     # faults sprinkled over the first requests: the fit completes, failures are counted
     plan = ["429", "ok", "500", "ok", "timeout"] + ["ok"] * 30 + ["garbage", "truncated"]
     with fake(plan=plan, judge=_judge, timeout_sleep=1.5) as srv:
-        opts = AutoMetricsOptions(llm=f"openai/fake@{srv.url}", counts=QUICK_COUNTS, timeout=1.0, max_retries=3,
+        opts = LLMOptions(llm=f"openai/fake@{srv.url}", counts=QUICK_COUNTS, timeout=1.0, max_retries=3,
                                   concurrency=2, rationales=2, compare_multi=True)
-        res = fit_autometrics(_data(), "score", task="Answer briefly", options=opts, n_boot=100)
+        res = fit_evaluator(_data(), "score", task="Answer briefly", llm_options=opts, n_boot=100)
         a = res.evaluator.artifact
         assert a["method"]["name"] == "autometrics-full" and a["method"]["bank_used"] is False
         kinds = {g["kind"] for g in a["generated"]}
@@ -75,11 +75,11 @@ def test_full_fit_with_faults_generated_only(fake, env):
 def test_retrieval_with_bank_and_dry_run(fake, env):
     with fake(judge=_judge) as srv:
         counts = GeneratorCounts(n_single=1, n_rubric=0, n_example=0, n_optimized=0)
-        opts = AutoMetricsOptions(llm=f"openai/fake@{srv.url}", counts=counts, use_bank="always", retrieve_k=6, rerank=True,
+        opts = LLMOptions(llm=f"openai/fake@{srv.url}", counts=counts, use_bank="always", retrieve_k=6, rerank=True,
                                   dense=False)
-        plan = fit_autometrics(_data(), "score", options=opts, dry_run=True)
+        plan = fit_evaluator(_data(), "score", llm_options=opts, dry_run=True)
         assert plan["score"]["calls"] == 40 and plan["total"]["calls"] > 40 and not srv.requests
-        res = fit_autometrics(_data(), "score", task="Answer briefly", options=opts, n_boot=50)
+        res = fit_evaluator(_data(), "score", task="Answer briefly", llm_options=opts, n_boot=50)
         a = res.evaluator.artifact
         assert a["method"]["bank_used"] and a["retrieval"]["reranked"]
         assert len(a["retrieval"]["names"]) == 6
@@ -103,9 +103,9 @@ def test_thirty_percent_faults_give_the_same_evaluator_as_a_clean_run(fake, tmp_
     results = {}
     for name, rate in (("clean", 0.0), ("faulty", 0.3)):
         with fake(judge=_judge, fault_rate=rate, seed=7, timeout_sleep=0.6) as srv:
-            opts = AutoMetricsOptions(llm=f"openai/fake@{srv.url}", counts=counts, timeout=0.4, max_retries=8,
+            opts = LLMOptions(llm=f"openai/fake@{srv.url}", counts=counts, timeout=0.4, max_retries=8,
                                       backoff=0.02, concurrency=2, rationales=1, cache=str(tmp_path / f"{name}.sqlite"))
-            res = fit_autometrics(_data(30), "score", task="Answer briefly", options=opts, n_boot=50)
+            res = fit_evaluator(_data(30), "score", task="Answer briefly", llm_options=opts, n_boot=50)
             results[name] = (res.evaluator.artifact, srv.modes)
     clean, faulty = results["clean"][0], results["faulty"][0]
     modes = results["faulty"][1]
@@ -119,7 +119,7 @@ def test_thirty_percent_faults_give_the_same_evaluator_as_a_clean_run(fake, tmp_
 def test_judge_prompts_share_the_case_prefix():
     """Every judge kind puts the case (task, input, output) first, so a prefix cache serves all
     criteria of one example; the judge-specific parts come after it."""
-    from autometrics.evaluators.judges import JudgeSpec, judge_messages
+    from autometrics.evaluators.judges.metric import JudgeSpec, judge_messages
 
     specs = [JudgeSpec(kind="single", criterion="Fluency", description="fluent", task="T"),
              JudgeSpec(kind="rubric", criterion="Clarity", task="T", rubric={str(i): f"level {i}" for i in range(1, 6)}),
@@ -141,8 +141,8 @@ def test_prompt_optimized_judge_runs_dspy_miprov2(fake, env):
     counts = GeneratorCounts(n_single=1, n_rubric=0, n_example=0, n_optimized=1, optimized_trials=2,
                              optimized_candidates=2, optimized_rows=10)
     with fake(judge=_judge) as srv:
-        opts = AutoMetricsOptions(llm=f"openai/fake@{srv.url}", counts=counts, rationales=1, backoff=0.01)
-        res = fit_autometrics(_data(30), "score", task="Answer briefly", options=opts, n_boot=50)
+        opts = LLMOptions(llm=f"openai/fake@{srv.url}", counts=counts, rationales=1, backoff=0.01)
+        res = fit_evaluator(_data(30), "score", task="Answer briefly", llm_options=opts, n_boot=50)
         a = res.evaluator.artifact
         notes = a["llm"].get("notes") or []
         opt = [g for g in a["generated"] if g["kind"] == "optimized"]

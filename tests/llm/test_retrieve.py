@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 import pytest
-from autometrics.evaluators.retrieve import (
+from autometrics.evaluators.judges.retrieve import (
     Document,
     bank_documents,
     evaluate_retrieval,

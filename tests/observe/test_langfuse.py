@@ -7,20 +7,15 @@ from __future__ import annotations
 
 import http.client
 import json
-import time
 
 import pytest
+from waiting import wait_until
 
 langfuse = pytest.importorskip("langfuse")
 
 
 def _wait(pred, timeout=10.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if pred():
-            return True
-        time.sleep(0.05)
-    return False
+    return wait_until(pred, timeout)
 
 
 def test_sdk_exports_spans_and_scores_without_touching_app_tracing(capture, langfuse_server, sqlite_url):

@@ -128,7 +128,7 @@ def test_decorator_survives_broken_internals(capture, sqlite_url, monkeypatch):
     def boom(*a, **k):
         raise RuntimeError("internal bug")
 
-    monkeypatch.setattr(capture, "_start", boom)
+    monkeypatch.setattr(capture.decorator, "_start", boom)  # the wrappers look _start up there
 
     @capture.observe
     def f(x):

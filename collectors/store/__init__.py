@@ -1,0 +1,307 @@
+"""The trace store: spans and feedback in SQL (SQLite by default, Postgres by URL).
+
+Why SQL through SQLAlchemy Core: one schema for an embedded single-user store (SQLite in WAL
+mode, no server to run) and a shared multi-writer one (Postgres), with the same queries.  The
+schema is versioned (table ``schema_version``) and upgraded in place by :data:`MIGRATIONS`, so
+a store written by an older release keeps its data.
+
+Writes are idempotent (span ``(trace_id, span_id)`` and feedback ``id`` are primary keys, a
+retried batch inserts nothing twice), which is what lets the collector promise "stored count ==
+acknowledged count".  Every feedback row is kept; "latest wins per name" is applied when reading
+(:meth:`TraceStore.training_frame`), so the history is never lost.
+
+Example::
+
+    store = TraceStore()                       # ~/.local/share/autometrics/traces.db
+    df = store.training_frame("thumbs")        # id,input,output,thumbs,model,... -> fit
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+import time
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+import sqlalchemy as sa
+
+log = logging.getLogger("autometrics.collectors.store")
+
+__all__ = ["TraceStore", "default_store_url", "SCHEMA_VERSION", "MIGRATIONS", "StoreError", "FEEDBACK_KINDS"]
+
+from autometrics.collectors.feedback import FEEDBACK_KINDS  # noqa: E402  (re-export)
+from autometrics.collectors.files import data_dir  # noqa: E402
+
+
+class StoreError(RuntimeError):
+    """The store cannot be used as asked (e.g. written by a newer autometrics)."""
+
+
+def default_store_url() -> str:
+    """$AUTOMETRICS_STORE_URL, else SQLite ``traces.db`` in the user data directory."""
+    url = os.environ.get("AUTOMETRICS_STORE_URL")
+    if url:
+        return url
+    return f"sqlite:///{data_dir() / 'traces.db'}"
+
+
+from autometrics.collectors.store.evaluations import EvaluationStore  # noqa: E402
+from autometrics.collectors.store.schema import (  # noqa: E402
+    MIGRATIONS,
+    SCHEMA_VERSION,
+    feedback,
+    schema_version,
+    spans,
+    traces,
+)
+
+# --------------------------------------------------------------------------- store
+
+
+def _sqlite_pragmas(dbapi_conn, _record) -> None:
+    # WAL: readers never block the writer; synchronous=FULL: a committed (acknowledged) row
+    # survives a crash of the process and of the machine; busy_timeout: concurrent writers wait.
+    cur = dbapi_conn.cursor()
+    cur.execute("PRAGMA journal_mode=WAL")
+    cur.execute("PRAGMA synchronous=FULL")
+    cur.execute("PRAGMA busy_timeout=5000")
+    cur.close()
+
+
+class TraceStore(EvaluationStore):
+    """Spans and feedback in a SQL database.
+
+    ``url``: SQLAlchemy URL (``sqlite:///path.db``, ``postgresql+psycopg://user@host/db``);
+    default :func:`default_store_url`.  The schema is created or upgraded on open.
+    ``connect_timeout`` bounds how long an unreachable Postgres can block a caller.
+    """
+
+    def __init__(self, url: str | None = None, *, connect_timeout: float = 5.0, migrate: bool = True):
+        self.url = url or default_store_url()
+        u = sa.engine.make_url(self.url)
+        self.dialect = u.get_backend_name()
+        kwargs: dict = {"future": True}
+        if self.dialect == "sqlite":
+            if u.database and u.database != ":memory:":
+                Path(u.database).expanduser().parent.mkdir(parents=True, exist_ok=True)
+            kwargs["connect_args"] = {"timeout": 5.0, "check_same_thread": False}
+        elif self.dialect == "postgresql":
+            kwargs["connect_args"] = {"connect_timeout": max(1, int(connect_timeout))}
+            kwargs["pool_pre_ping"] = True
+        self.engine = sa.create_engine(u, **kwargs)
+        if self.dialect == "sqlite":
+            sa.event.listen(self.engine, "connect", _sqlite_pragmas)
+        self._lock = threading.Lock()
+        if migrate:
+            self.migrate()
+
+    def __repr__(self) -> str:  # never shows a password
+        return f"TraceStore({sa.engine.make_url(self.url).render_as_string(hide_password=True)!r})"
+
+    # ---- schema
+    def version(self) -> int:
+        """Schema version of the database (0 = empty)."""
+        with self.engine.connect() as conn:
+            if not sa.inspect(conn).has_table("schema_version"):
+                return 0
+            v = conn.execute(sa.select(sa.func.max(schema_version.c.version))).scalar()
+            return int(v or 0)
+
+    def migrate(self, target: int | None = None) -> int:
+        """Apply pending migrations up to ``target`` (default: latest); returns the version."""
+        target = SCHEMA_VERSION if target is None else target
+        with self.engine.begin() as conn:
+            if self.dialect == "postgresql":
+                # one migrator at a time across processes (collector + SDKs sharing a database)
+                conn.execute(sa.text("SELECT pg_advisory_xact_lock(7413001)"))
+            conn.execute(
+                sa.text("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER PRIMARY KEY, applied_at DOUBLE PRECISION NOT NULL)")
+            )
+            current = int(conn.execute(sa.text("SELECT MAX(version) FROM schema_version")).scalar() or 0)
+            if current > SCHEMA_VERSION:
+                raise StoreError(
+                    f"trace store {self!r} has schema v{current}, newer than this autometrics (v{SCHEMA_VERSION}); upgrade autometrics-sdk."
+                )
+            for version, fn in MIGRATIONS:
+                if current < version <= target:
+                    fn(conn)
+                    conn.execute(schema_version.insert().values(version=version, applied_at=time.time()))
+                    current = version
+        return current
+
+    # ---- writes
+    def _insert(self, table: sa.Table, key: Sequence[str]):
+        if self.dialect == "postgresql":
+            from sqlalchemy.dialects.postgresql import insert
+        elif self.dialect == "sqlite":
+            from sqlalchemy.dialects.sqlite import insert
+        else:  # pragma: no cover - other dialects: plain insert (duplicates raise)
+            return table.insert()
+        return insert(table).on_conflict_do_nothing(index_elements=list(key))
+
+    def write(self, span_rows: Iterable[dict] = (), feedback_rows: Iterable[dict] = ()) -> None:
+        """Insert spans and feedback in one transaction (all or nothing); duplicates are ignored."""
+        span_rows = list(span_rows)
+        feedback_rows = list(feedback_rows)
+        if not span_rows and not feedback_rows:
+            return
+        with self.engine.begin() as conn:
+            if span_rows:
+                seen: dict[str, dict] = {}
+                for r in span_rows:
+                    seen.setdefault(r["trace_id"], {"trace_id": r["trace_id"], "project": r.get("project"), "first_seen_ns": r.get("start_time_ns")})
+                conn.execute(self._insert(traces, ["trace_id"]), list(seen.values()))
+                conn.execute(self._insert(spans, ["trace_id", "span_id"]), [_span_defaults(r) for r in span_rows])
+            if feedback_rows:
+                conn.execute(self._insert(feedback, ["id"]), [_feedback_defaults(r) for r in feedback_rows])
+
+    def write_spans(self, rows: Iterable[dict]) -> None:
+        self.write(span_rows=rows)
+
+    def write_feedback(self, rows: Iterable[dict]) -> None:
+        self.write(feedback_rows=rows)
+
+    # ---- reads
+    def count(self, table: str = "spans") -> int:
+        t = {"spans": spans, "feedback": feedback, "traces": traces}[table]
+        with self.engine.connect() as conn:
+            return int(conn.execute(sa.select(sa.func.count()).select_from(t)).scalar() or 0)
+
+    def count_feedback(self, name: str, *, since_ns: int = 0) -> int:
+        """Feedback rows named ``name`` created after ``since_ns``."""
+        q = sa.select(sa.func.count()).select_from(feedback).where(feedback.c.name == name, feedback.c.created_at_ns > since_ns)
+        with self.engine.connect() as conn:
+            return int(conn.execute(q).scalar() or 0)
+
+    def spans_frame(self, trace_id: str | None = None, project: str | None = None):
+        """All stored spans (optionally of one trace / project) as a DataFrame, oldest first."""
+        import pandas as pd
+
+        q = sa.select(spans).order_by(spans.c.start_time_ns)
+        if trace_id:
+            q = q.where(spans.c.trace_id == trace_id)
+        if project:
+            q = q.where(spans.c.project == project)
+        with self.engine.connect() as conn:
+            return pd.DataFrame(conn.execute(q).mappings().all(), columns=[c.name for c in spans.columns])
+
+    def feedback_frame(self, trace_id: str | None = None, names: Sequence[str] | None = None):
+        """Every feedback row (the full history, not aggregated) as a DataFrame."""
+        import pandas as pd
+
+        q = sa.select(feedback).order_by(feedback.c.created_at_ns, feedback.c.id)
+        if trace_id:
+            q = q.where(feedback.c.trace_id == trace_id)
+        if names:
+            q = q.where(feedback.c.name.in_(list(names)))
+        with self.engine.connect() as conn:
+            return pd.DataFrame(conn.execute(q).mappings().all(), columns=[c.name for c in feedback.columns])
+
+    def training_frame(
+        self,
+        feedback_name: str | Sequence[str],
+        *,
+        project: str | None = None,
+        aggregate: str | dict = "latest",
+        since_ns: int | None = None,
+        include_unlabelled: bool = False,
+    ):
+        """Traces joined with feedback: the input of a fit.
+
+        Columns ``id`` (trace id), ``input``, ``output``, ``references`` (JSON list, only when a
+        ``correction`` feedback exists), one column per feedback name, then ``model``,
+        ``input_tokens``, ``output_tokens``, ``latency_ms``, ``error``, ``name``, ``project``,
+        ``start_time``.  A trace's input/output come from its outermost span that captured
+        content.  Several feedback values for one (trace, name) are combined by ``aggregate``:
+        ``latest`` (default), ``first``, ``mean``, ``sum``, ``max``, ``min`` or ``count``; a dict
+        gives one rule per name (e.g. ``{"copied": "sum"}``, others ``latest``).
+        """
+        import pandas as pd
+
+        names = [feedback_name] if isinstance(feedback_name, str) else list(feedback_name)
+        rules = {n: (aggregate.get(n, "latest") if isinstance(aggregate, dict) else aggregate) for n in names}
+        for how in rules.values():
+            if how not in ("latest", "first", "mean", "sum", "max", "min", "count"):
+                raise ValueError(f"aggregate must be latest, first, mean, sum, max, min or count, not {how!r}")
+        cols = [spans.c.trace_id, spans.c.name, spans.c.project, spans.c.start_time_ns, spans.c.end_time_ns, spans.c.status,
+                spans.c.error_type, spans.c.model, spans.c.input_tokens, spans.c.output_tokens, spans.c.input, spans.c.output]
+        q = sa.select(*cols)
+        if project:
+            q = q.where(spans.c.project == project)
+        if since_ns:
+            q = q.where(spans.c.start_time_ns >= since_ns)
+        with self.engine.connect() as conn:
+            sp = pd.DataFrame(conn.execute(q).all(), columns=[c.name for c in cols])
+            fq = sa.select(feedback).where(sa.or_(feedback.c.name.in_(names), feedback.c.kind == "correction"))
+            fb = pd.DataFrame(conn.execute(fq.order_by(feedback.c.created_at_ns, feedback.c.id)).mappings().all(), columns=[c.name for c in feedback.columns])
+        out_cols = ["id", "input", "output", "references", *names, "model", "input_tokens", "output_tokens", "latency_ms", "error", "name", "project", "start_time"]
+        if sp.empty:
+            return pd.DataFrame(columns=[c for c in out_cols if c != "references"])
+        sp = sp.sort_values(["trace_id", "start_time_ns", "end_time_ns"], ascending=[True, True, False], kind="stable")
+        g = sp.groupby("trace_id", sort=False)
+        summary = pd.DataFrame(
+            {
+                "input_tokens": g["input_tokens"].sum(min_count=1),
+                "output_tokens": g["output_tokens"].sum(min_count=1),
+                "start": g["start_time_ns"].min(),
+                "end": g["end_time_ns"].max(),
+                "error": g["error_type"].first(),  # first non-null, in start order
+                "model": g["model"].first(),
+            }
+        )
+        content = sp[sp["input"].notna() | sp["output"].notna()].groupby("trace_id", sort=False).head(1).set_index("trace_id")
+        top = sp.groupby("trace_id", sort=False).head(1).set_index("trace_id")
+        root = top[["name", "project"]].copy()
+        root["input"] = content["input"].reindex(root.index)
+        root["output"] = content["output"].reindex(root.index)
+        frame = root.join(summary)
+        frame["latency_ms"] = (frame["end"] - frame["start"]) / 1e6
+        frame["start_time"] = pd.to_datetime(frame["start"], unit="ns", utc=True)
+        for name in names:
+            frame[name] = _aggregate_feedback(fb[fb["name"] == name], rules[name]).reindex(frame.index)
+        corr = fb[fb["kind"] == "correction"]
+        if not corr.empty:
+            refs = corr.groupby("trace_id")["value_text"].agg(lambda s: json.dumps([x for x in s if x]))
+            frame["references"] = refs.reindex(frame.index)
+        frame = frame.reset_index().rename(columns={"trace_id": "id"})
+        if not include_unlabelled:
+            frame = frame[frame[names].notna().any(axis=1)]
+        frame = frame.sort_values("start", kind="stable")
+        return frame[[c for c in out_cols if c in frame.columns]].reset_index(drop=True)
+
+    def dispose(self) -> None:
+        self.engine.dispose()
+
+
+def _aggregate_feedback(rows, how: str):
+    """One value per trace: numeric value, or the text value for categorical feedback."""
+    import pandas as pd
+
+    if rows.empty:
+        return pd.Series(dtype=float)
+    vals = rows["value"].where(rows["value"].notna(), rows["value_text"])
+    rows = rows.assign(_v=vals)
+    g = rows.groupby("trace_id")["_v"]
+    if how == "latest":
+        return g.last()
+    if how == "first":
+        return g.first()
+    if how == "count":
+        return g.count()
+    num = pd.to_numeric(rows["_v"], errors="coerce")
+    return num.groupby(rows["trace_id"]).agg(how)
+
+
+_SPAN_COLS = [c.name for c in spans.columns]
+_FB_COLS = [c.name for c in feedback.columns]
+
+
+def _span_defaults(r: dict) -> dict:
+    return {c: r.get(c) for c in _SPAN_COLS}
+
+
+def _feedback_defaults(r: dict) -> dict:
+    return {c: r.get(c) for c in _FB_COLS}

@@ -1,0 +1,206 @@
+"""The trace store's schema: tables and the versioned migrations that create and upgrade them.
+
+Why hand-written migrations: the same DDL must run on SQLite (embedded default) and Postgres, and
+an older store must be upgraded in place without losing data.  :data:`MIGRATIONS` are applied in
+order by :meth:`autometrics.collectors.store.TraceStore.migrate`; the ``sa.Table`` objects below
+are what every query of the store is written against.  Only the store package uses them.
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+
+metadata = sa.MetaData()
+
+schema_version = sa.Table(
+    "schema_version",
+    metadata,
+    sa.Column("version", sa.Integer, primary_key=True),
+    sa.Column("applied_at", sa.Float, nullable=False),
+)
+
+traces = sa.Table(
+    "traces",
+    metadata,
+    sa.Column("trace_id", sa.String(32), primary_key=True),
+    sa.Column("project", sa.String(200)),
+    sa.Column("first_seen_ns", sa.BigInteger),
+)
+
+spans = sa.Table(
+    "spans",
+    metadata,
+    sa.Column("trace_id", sa.String(32), primary_key=True),
+    sa.Column("span_id", sa.String(16), primary_key=True),
+    sa.Column("parent_span_id", sa.String(16)),
+    sa.Column("name", sa.Text, nullable=False),
+    sa.Column("kind", sa.String(16)),
+    sa.Column("project", sa.String(200)),
+    sa.Column("scope", sa.String(200)),
+    sa.Column("start_time_ns", sa.BigInteger),
+    sa.Column("end_time_ns", sa.BigInteger),
+    sa.Column("status", sa.String(8)),  # UNSET | OK | ERROR
+    sa.Column("error_type", sa.Text),
+    sa.Column("error_message", sa.Text),
+    sa.Column("operation", sa.String(64)),
+    sa.Column("model", sa.String(200)),
+    sa.Column("input_tokens", sa.BigInteger),
+    sa.Column("output_tokens", sa.BigInteger),
+    sa.Column("input", sa.Text),  # plain text extracted from gen_ai.input.messages (what a fit reads)
+    sa.Column("output", sa.Text),
+    sa.Column("attributes", sa.Text),  # JSON, every span attribute (lossless)
+    sa.Column("resource", sa.Text),  # JSON (added in schema v2)
+)
+
+feedback = sa.Table(
+    "feedback",
+    metadata,
+    sa.Column("id", sa.String(64), primary_key=True),
+    sa.Column("trace_id", sa.String(32), nullable=False),
+    sa.Column("span_id", sa.String(16)),
+    sa.Column("name", sa.String(200), nullable=False),
+    sa.Column("kind", sa.String(32), nullable=False),
+    sa.Column("value", sa.Float),
+    sa.Column("value_text", sa.Text),
+    sa.Column("comment", sa.Text),
+    sa.Column("source", sa.String(200)),
+    sa.Column("created_at_ns", sa.BigInteger, nullable=False),
+    sa.Column("metadata", sa.Text),  # JSON (added in schema v2)
+)
+
+
+def _migration_1(conn: sa.Connection) -> None:
+    """Initial schema (v1): traces, spans and feedback without resource/metadata columns."""
+    conn.execute(sa.text("CREATE TABLE IF NOT EXISTS traces (trace_id VARCHAR(32) PRIMARY KEY, project VARCHAR(200), first_seen_ns BIGINT)"))
+    conn.execute(
+        sa.text(
+            "CREATE TABLE IF NOT EXISTS spans (trace_id VARCHAR(32) NOT NULL, span_id VARCHAR(16) NOT NULL, "
+            "parent_span_id VARCHAR(16), name TEXT NOT NULL, kind VARCHAR(16), project VARCHAR(200), scope VARCHAR(200), "
+            "start_time_ns BIGINT, end_time_ns BIGINT, status VARCHAR(8), error_type TEXT, error_message TEXT, "
+            "operation VARCHAR(64), model VARCHAR(200), input_tokens BIGINT, output_tokens BIGINT, input TEXT, output TEXT, "
+            "attributes TEXT, PRIMARY KEY (trace_id, span_id))"
+        )
+    )
+    conn.execute(
+        sa.text(
+            "CREATE TABLE IF NOT EXISTS feedback (id VARCHAR(64) PRIMARY KEY, trace_id VARCHAR(32) NOT NULL, span_id VARCHAR(16), "
+            "name VARCHAR(200) NOT NULL, kind VARCHAR(32) NOT NULL, value DOUBLE PRECISION, value_text TEXT, comment TEXT, "
+            "source VARCHAR(200), created_at_ns BIGINT NOT NULL)"
+        )
+    )
+    conn.execute(sa.text("CREATE INDEX IF NOT EXISTS ix_feedback_trace_name ON feedback (trace_id, name, created_at_ns)"))
+
+
+def _migration_2(conn: sa.Connection) -> None:
+    """v2: keep the span's resource (service, SDK) and free-form feedback metadata; index spans by time."""
+    conn.execute(sa.text("ALTER TABLE spans ADD COLUMN resource TEXT"))
+    conn.execute(sa.text("ALTER TABLE feedback ADD COLUMN metadata TEXT"))
+    conn.execute(sa.text("CREATE INDEX IF NOT EXISTS ix_spans_start ON spans (start_time_ns)"))
+    conn.execute(sa.text("CREATE INDEX IF NOT EXISTS ix_feedback_name ON feedback (name)"))
+
+
+
+# ---- continuous evaluation (schema v3): evaluator versions, online scores, alerts, refit runs
+evaluator_versions = sa.Table(
+    "evaluator_versions",
+    metadata,
+    sa.Column("id", sa.String(64), primary_key=True),
+    sa.Column("project", sa.String(200), nullable=False),
+    sa.Column("target", sa.String(200), nullable=False),  # the feedback name it predicts
+    sa.Column("version", sa.Integer, nullable=False),  # 1, 2, ... per (project, target)
+    sa.Column("status", sa.String(16), nullable=False),  # champion | retired | rejected
+    sa.Column("reason", sa.Text),
+    sa.Column("method", sa.String(64)),
+    sa.Column("created_at_ns", sa.BigInteger, nullable=False),
+    sa.Column("feedback_max_ns", sa.BigInteger),  # newest feedback the fit saw
+    sa.Column("n_feedback", sa.Integer),
+    sa.Column("artifact", sa.Text, nullable=False),  # evaluator JSON
+    sa.Column("report", sa.Text),  # Markdown report
+    sa.Column("statistics", sa.Text),  # JSON: fit stats, held-out comparison, reference scores
+    sa.UniqueConstraint("project", "target", "version", name="uq_evaluator_versions_ptv"),
+)
+
+trace_scores = sa.Table(
+    "trace_scores",
+    metadata,
+    sa.Column("trace_id", sa.String(32), primary_key=True),
+    sa.Column("evaluator_id", sa.String(64), primary_key=True),
+    sa.Column("project", sa.String(200)),
+    sa.Column("target", sa.String(200)),
+    sa.Column("score", sa.Float),
+    sa.Column("metrics", sa.Text),  # JSON {feature: raw value}
+    sa.Column("contributions", sa.Text),  # JSON {feature: weight * z}
+    sa.Column("rationales", sa.Text),  # JSON [{"metric", "text"}]
+    sa.Column("error", sa.Text),
+    sa.Column("trace_start_ns", sa.BigInteger),
+    sa.Column("scored_at_ns", sa.BigInteger, nullable=False),
+    sa.Column("pushed_at_ns", sa.BigInteger),  # delivered to Langfuse (its ingestion answered 2xx)
+    sa.Column("push_attempts", sa.Integer),  # delivery attempts so far (schema v4; NULL = 0)
+    sa.Column("push_error", sa.Text),  # why the last attempt failed (schema v4)
+)
+
+monitor_alerts = sa.Table(
+    "monitor_alerts",
+    metadata,
+    sa.Column("id", sa.String(64), primary_key=True),
+    sa.Column("project", sa.String(200)),
+    sa.Column("target", sa.String(200)),
+    sa.Column("evaluator_id", sa.String(64)),
+    sa.Column("kind", sa.String(32), nullable=False),  # low_significance | small_n | validity_decay | score_drift | refit_error
+    sa.Column("severity", sa.String(16), nullable=False),  # warning | alert
+    sa.Column("message", sa.Text, nullable=False),
+    sa.Column("details", sa.Text),  # JSON
+    sa.Column("created_at_ns", sa.BigInteger, nullable=False),
+    sa.Column("pushed_at_ns", sa.BigInteger),  # delivered to Langfuse
+    sa.Column("push_attempts", sa.Integer),  # schema v4, as in trace_scores
+    sa.Column("push_error", sa.Text),
+)
+
+refit_runs = sa.Table(
+    "refit_runs",
+    metadata,
+    sa.Column("id", sa.String(64), primary_key=True),
+    sa.Column("project", sa.String(200)),
+    sa.Column("target", sa.String(200)),
+    sa.Column("worker", sa.String(200)),  # host:pid
+    sa.Column("started_ns", sa.BigInteger, nullable=False),
+    sa.Column("ended_ns", sa.BigInteger),
+    sa.Column("outcome", sa.String(32)),  # running | promoted | rejected | skipped | locked | error | interrupted (its worker died)
+    sa.Column("message", sa.Text),
+    sa.Column("evaluator_id", sa.String(64)),
+)
+
+
+def _migration_3(conn: sa.Connection) -> None:
+    """v3: continuous evaluation (evaluator versions, online scores per trace, alerts, refit runs)."""
+    big = "BIGINT"
+    conn.execute(sa.text(
+        "CREATE TABLE IF NOT EXISTS evaluator_versions (id VARCHAR(64) PRIMARY KEY, project VARCHAR(200) NOT NULL, "
+        "target VARCHAR(200) NOT NULL, version INTEGER NOT NULL, status VARCHAR(16) NOT NULL, reason TEXT, method VARCHAR(64), "
+        f"created_at_ns {big} NOT NULL, feedback_max_ns {big}, n_feedback INTEGER, artifact TEXT NOT NULL, report TEXT, "
+        "statistics TEXT, CONSTRAINT uq_evaluator_versions_ptv UNIQUE (project, target, version))"))
+    conn.execute(sa.text(
+        "CREATE TABLE IF NOT EXISTS trace_scores (trace_id VARCHAR(32) NOT NULL, evaluator_id VARCHAR(64) NOT NULL, "
+        "project VARCHAR(200), target VARCHAR(200), score DOUBLE PRECISION, metrics TEXT, contributions TEXT, rationales TEXT, "
+        f"error TEXT, trace_start_ns {big}, scored_at_ns {big} NOT NULL, pushed_at_ns {big}, PRIMARY KEY (trace_id, evaluator_id))"))
+    conn.execute(sa.text("CREATE INDEX IF NOT EXISTS ix_trace_scores_eval_start ON trace_scores (evaluator_id, trace_start_ns)"))
+    conn.execute(sa.text(
+        "CREATE TABLE IF NOT EXISTS monitor_alerts (id VARCHAR(64) PRIMARY KEY, project VARCHAR(200), target VARCHAR(200), "
+        "evaluator_id VARCHAR(64), kind VARCHAR(32) NOT NULL, severity VARCHAR(16) NOT NULL, message TEXT NOT NULL, details TEXT, "
+        f"created_at_ns {big} NOT NULL, pushed_at_ns {big})"))
+    conn.execute(sa.text(
+        "CREATE TABLE IF NOT EXISTS refit_runs (id VARCHAR(64) PRIMARY KEY, project VARCHAR(200), target VARCHAR(200), "
+        f"worker VARCHAR(200), started_ns {big} NOT NULL, ended_ns {big}, outcome VARCHAR(32), message TEXT, evaluator_id VARCHAR(64))"))
+    conn.execute(sa.text("CREATE INDEX IF NOT EXISTS ix_traces_first_seen ON traces (first_seen_ns)"))
+
+
+def _migration_4(conn: sa.Connection) -> None:
+    """v4: Langfuse delivery bookkeeping: attempts and the last error per online score and alert
+    (``pushed_at_ns`` is set only once Langfuse acknowledged the delivery)."""
+    for table in ("trace_scores", "monitor_alerts"):
+        conn.execute(sa.text(f"ALTER TABLE {table} ADD COLUMN push_attempts INTEGER"))
+        conn.execute(sa.text(f"ALTER TABLE {table} ADD COLUMN push_error TEXT"))
+
+
+MIGRATIONS: list[tuple[int, callable]] = [(1, _migration_1), (2, _migration_2), (3, _migration_3), (4, _migration_4)]
+SCHEMA_VERSION = MIGRATIONS[-1][0]

@@ -1,0 +1,417 @@
+"""Continuous evaluation on top of the trace store: refit, champion/challenger versions, online
+scoring, drift alerts.
+
+One :class:`Monitor` per (store, project, target feedback name).  Each job is one method that a
+scheduler (``autometrics worker``), the demo, a cron job or a test can call:
+
+- :meth:`Monitor.refit` — under the store's refit lock (one runner across processes), build the
+  training set (traces joined with the target feedback), fit a challenger on the older part,
+  judge it against the champion on the newest held-out feedback (paired bootstrap of the tau
+  difference), store it as the new champion or as a rejected candidate with the reason.  Each
+  attempt is a ``refit_runs`` record; one left ``running`` by a worker that died mid-refit is
+  marked ``interrupted`` (with the reason) by the next refit, since holding the lock proves that
+  nobody else is running.
+- :meth:`Monitor.score_new` — score traces the champion has not scored yet, in batches; store
+  the overall score, each metric's value and contribution, and rationales per trace.
+- :meth:`Monitor.check_drift` — score-distribution drift (KS + PSI against the champion's
+  fit-time scores) and validity decay (tau of online scores on feedback newer than the fit),
+  with the thresholds of ``MonitorConfig.drift`` (:class:`~autometrics.evaluators.continuous.drift.DriftThresholds`);
+  alerts are stored (and shown in the dashboard, pushed to Langfuse).
+
+Nothing here stores or logs a secret: versions hold the evaluator artifact and statistics,
+runs hold host:pid, the store URL is only ever shown with the password hidden.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import socket
+import time
+import uuid
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+from autometrics.collectors.store import TraceStore
+from autometrics.collectors.store.locks import RefitLock
+from autometrics.evaluators.continuous.drift import DriftThresholds
+
+__all__ = ["MonitorConfig", "Monitor", "RefitOutcome"]
+
+log = logging.getLogger("autometrics.continuous")
+
+MIN_SIGNIFICANT_N = 30  # held-out n below this: "small n" warning
+
+
+def _now_ns() -> int:
+    return time.time_ns()
+
+
+def _worker_id() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+@dataclass
+class MonitorConfig:
+    """What to fit and how.  ``llm_config=None`` = LLM-free fit (MetricBank + PLS)."""
+
+    target: str
+    project: str = "default"
+    task: str | None = None
+    llm_config: object = None
+    holdout_fraction: float = 0.3  # newest feedback kept out of the fit for champion/challenger
+    min_feedback: int = 30  # no fit below this many labelled traces
+    min_new_feedback: int = 1  # a refit needs at least this many feedback points since the last version
+    n_boot: int = 1000
+    seed: int = 0
+    top_n: int = 5
+    metrics: list | None = None  # MetricBank names (None: every reference-free metric that runs)
+    batch_size: int = 256  # traces per scoring batch
+    max_batches: int = 20  # batches per scoring run (bounded work per tick)
+    settle_seconds: float = 5.0  # don't score traces younger than this (their root span may still be open)
+    drift_window: int = 200  # newest online scores compared with the fit-time scores
+    validity_window: int = 200  # newest feedback (after the fit) used for validity decay
+    drift: DriftThresholds = field(default_factory=DriftThresholds)  # when drift/validity statistics alert
+    aggregate: str = "latest"
+
+
+@dataclass
+class RefitOutcome:
+    outcome: str  # promoted | rejected | skipped | locked | error
+    message: str
+    version: int | None = None
+    evaluator_id: str | None = None
+    statistics: dict = field(default_factory=dict)
+
+    def __str__(self) -> str:
+        v = f" v{self.version}" if self.version is not None else ""
+        return f"refit {self.outcome}{v}: {self.message}"
+
+
+class Monitor:
+    """Continuous evaluation of one target (feedback name) in one project of a trace store."""
+
+    def __init__(self, store: TraceStore | str | None, config: MonitorConfig):
+        self.store = store if isinstance(store, TraceStore) else TraceStore(store)
+        self.cfg = config
+
+    # ------------------------------------------------------------------ versions
+    def versions(self, *, with_artifact: bool = False) -> list[dict]:
+        """Every stored version (oldest first) with its parsed statistics."""
+        return self.store.evaluator_versions(self.cfg.project, self.cfg.target, with_artifact=with_artifact)
+
+    def version(self, number: int) -> dict:
+        return self.store.evaluator_version(self.cfg.project, self.cfg.target, number)
+
+    def champion(self) -> dict | None:
+        """The current champion (with artifact), or None."""
+        return self.store.champion(self.cfg.project, self.cfg.target)
+
+    def champion_evaluator(self):
+        from autometrics.evaluators.evaluator import Evaluator
+
+        ch = self.champion()
+        return (ch, Evaluator(ch["artifact"])) if ch else (None, None)
+
+    def rollback(self, number: int, *, reason: str | None = None) -> dict:
+        """Make version ``number`` the champion again (the current one becomes ``retired``)."""
+        target = self.version(number)
+        why = (reason or f"rolled back to v{number} by hand") + f" (was {target['status']}: {target['reason']})"
+        self.store.make_champion(self.cfg.project, self.cfg.target, target["id"], why)
+        return self.version(number)
+
+    def compare_versions(self, a: int, b: int, *, holdout: float = 0.3, n_boot: int = 1000):
+        """Versions ``a`` (as champion) and ``b`` (as challenger) on the newest held-out feedback
+        now in the store: a :class:`~autometrics.evaluators.continuous.refit.Comparison`."""
+        from autometrics.evaluators.continuous.refit import compare, holdout_predictions, newest_holdout
+        from autometrics.evaluators.evaluator import Evaluator
+
+        va, vb = self.version(a), self.version(b)
+        frame = self.labelled_frame()
+        _, hold_pos = newest_holdout(frame, holdout)
+        hold = frame.iloc[hold_pos]
+        y = hold[self.cfg.target].to_numpy(dtype=float)
+        return va, vb, compare(holdout_predictions(Evaluator(vb["artifact"]), hold),
+                               holdout_predictions(Evaluator(va["artifact"]), hold), y, n_boot=n_boot)
+
+    def new_feedback_count(self) -> int:
+        """Feedback points for the target newer than anything the last fitted version saw."""
+        return self.store.count_feedback(self.cfg.target, since_ns=self.store.feedback_mark(self.cfg.project, self.cfg.target))
+
+    # ------------------------------------------------------------------ data
+    def labelled_frame(self, since_ns: int | None = None) -> pd.DataFrame:
+        """Training frame for the target plus ``feedback_ns`` (newest feedback time per trace)."""
+        frame = self.store.training_frame(self.cfg.target, project=self.cfg.project, aggregate=self.cfg.aggregate)
+        if frame.empty:
+            return frame.assign(feedback_ns=pd.Series(dtype="int64"))
+        fb = self.store.feedback_frame(names=[self.cfg.target])
+        last = fb.groupby("trace_id")["created_at_ns"].max()
+        frame["feedback_ns"] = frame["id"].map(last).fillna(0).astype("int64")
+        frame[self.cfg.target] = pd.to_numeric(frame[self.cfg.target], errors="coerce")
+        frame = frame[frame[self.cfg.target].notna() & frame["output"].notna()]
+        if since_ns is not None:
+            frame = frame[frame["feedback_ns"] > since_ns]
+        return frame.reset_index(drop=True)
+
+    # ------------------------------------------------------------------ refit
+    def _record_run(self, run_id: str, **values) -> None:
+        try:
+            self.store.record_run(run_id, self.cfg.project, self.cfg.target, _worker_id(), **values)
+        except Exception as exc:  # bookkeeping must not fail the refit
+            log.warning("could not record refit run: %s", exc)
+
+    def _close_stale_runs(self) -> int:
+        """Mark every refit run still ``running`` as ``interrupted`` (call only while holding the refit lock).
+
+        The lock is one per store and its holder is the only runner, so a ``running`` record
+        seen while holding it belongs to a worker that died mid-refit (killed, crashed, machine
+        lost): the kernel / Postgres dropped its lock, its record stayed.  Returns how many were closed.
+        """
+        def message(x: dict) -> str:
+            when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime((x["started_ns"] or 0) / 1e9))
+            return (f"interrupted: worker {x['worker'] or '?'} started this refit at {when} and never finished it "
+                    f"(process killed or crashed); found by {_worker_id()}, which holds the refit lock, so no other "
+                    "refit can still be running")
+
+        try:
+            stale = self.store.close_running_runs(message)
+        except Exception as exc:  # bookkeeping must not fail the refit
+            log.warning("could not close stale refit runs: %s", exc)
+            return 0
+        for x in stale:
+            log.warning("refit run %s (%s/%s) by %s was left 'running' by a dead worker; marked interrupted",
+                        x["id"], x["project"], x["target"], x["worker"])
+        return len(stale)
+
+    def refit(self, *, force: bool = False, min_new_feedback: int | None = None) -> RefitOutcome:
+        """One refit attempt (see the module docstring); never raises, the outcome says what happened."""
+        run_id = uuid.uuid4().hex
+        lock = RefitLock(self.store)
+        started = _now_ns()
+        try:
+            got = lock.acquire()
+        except Exception as exc:
+            self._record_run(run_id, started_ns=started, ended_ns=_now_ns(), outcome="error", message=f"lock: {exc}")
+            return RefitOutcome("error", f"could not take the refit lock: {type(exc).__name__}: {exc}")
+        if not got:
+            self._record_run(run_id, started_ns=started, ended_ns=_now_ns(), outcome="locked",
+                             message="another worker holds the refit lock")
+            return RefitOutcome("locked", "another worker is refitting; skipped")
+        try:
+            self._close_stale_runs()
+            self._record_run(run_id, started_ns=_now_ns(), outcome="running")
+            try:
+                out = self._refit_locked(force, self.cfg.min_new_feedback if min_new_feedback is None else min_new_feedback)
+            except Exception as exc:
+                log.exception("refit failed")
+                out = RefitOutcome("error", f"{type(exc).__name__}: {exc}")
+                self.add_alert("refit_error", "warning", f"refit failed: {type(exc).__name__}: {exc}")
+            self._record_run(run_id, ended_ns=_now_ns(), outcome=out.outcome, message=out.message[:2000], evaluator_id=out.evaluator_id)
+            return out
+        finally:
+            lock.release()
+
+    def _refit_locked(self, force: bool, min_new: int) -> RefitOutcome:
+        from autometrics.evaluators.continuous.refit import (
+            compare,
+            decide,
+            fit_for_refit,
+            holdout_predictions,
+            newest_holdout,
+        )
+        from autometrics.evaluators.report import render_markdown
+
+        cfg = self.cfg
+        new = self.new_feedback_count()
+        if not force and new < max(1, min_new):
+            return RefitOutcome("skipped", f"{new} new feedback point(s) since the last version (need {max(1, min_new)})")
+        frame = self.labelled_frame()
+        if len(frame) < cfg.min_feedback:
+            return RefitOutcome("skipped", f"only {len(frame)} labelled traces for {cfg.target!r} (need {cfg.min_feedback})")
+        train_pos, hold_pos = newest_holdout(frame, cfg.holdout_fraction)
+        train, hold = frame.iloc[train_pos].reset_index(drop=True), frame.iloc[hold_pos].reset_index(drop=True)
+        fit = fit_for_refit(train, cfg.target, cfg.task, cfg.llm_config, seed=cfg.seed, n_boot=cfg.n_boot, top_n=cfg.top_n,
+                            metrics=cfg.metrics)
+        challenger = fit.evaluator
+        y_hold = hold[cfg.target].to_numpy(dtype=float)
+        pred_c = holdout_predictions(challenger, hold)
+        champ_row, champ = self.champion_evaluator()
+        pred_p, champ_note = None, None
+        if champ is not None:
+            try:
+                pred_p = holdout_predictions(champ, hold)
+            except Exception as exc:  # e.g. a metric the champion needs no longer runs here
+                champ_note = f"the champion could not score the held-out feedback ({type(exc).__name__}: {exc})"
+        cmp = compare(pred_c, pred_p, y_hold, n_boot=cfg.n_boot, seed=cfg.seed)
+        promote, reason = decide(cmp, has_champion=champ is not None and pred_p is not None)
+        if champ_note:
+            reason = f"{champ_note}; {reason}"
+        all_pred = np.concatenate([fit.result.train["score"].to_numpy(dtype=float),
+                                   fit.result.test["score"].to_numpy(dtype=float), pred_c])
+        warnings = list(challenger.artifact.get("warnings", [])) + fit.notes
+        hp = cmp.challenger.get("p_value")
+        if hp is None or hp > 0.05:
+            warnings.append(f"held-out agreement on the newest feedback is not significant (p={hp if hp is None else f'{hp:.3g}'} > 0.05, n={cmp.n})")
+        if cmp.n < MIN_SIGNIFICANT_N:
+            warnings.append(f"small held-out set (n={cmp.n} < {MIN_SIGNIFICANT_N}): the comparison is noisy")
+        stats = {
+            "fit": challenger.statistics,
+            "holdout": cmp.to_dict(),
+            "n_train": int(len(train)),
+            "n_holdout": int(len(hold)),
+            "new_feedback": int(new),
+            "reference_scores": [round(float(x), 5) for x in all_pred[np.isfinite(all_pred)]][:2000],
+            "warnings": warnings,
+            "notes": fit.notes,
+            "champion_version": champ_row["version"] if champ_row else None,
+        }
+        evaluator_id = uuid.uuid4().hex
+        number = self.store.add_version(
+            cfg.project, cfg.target, evaluator_id=evaluator_id, promote=promote, reason=reason, method=fit.method,
+            feedback_max_ns=int(frame["feedback_ns"].max()), n_feedback=int(len(frame)), artifact=challenger.artifact,
+            report=render_markdown(fit.result), statistics=stats)
+        if promote:
+            self._significance_alerts(evaluator_id, cmp)
+        return RefitOutcome("promoted" if promote else "rejected", reason, number, evaluator_id, stats)
+
+    def _significance_alerts(self, evaluator_id: str, cmp) -> None:
+        p = cmp.challenger.get("p_value")
+        if p is None or p > 0.05:
+            self.add_alert("low_significance", "warning",
+                           f"new champion's held-out agreement is not significant (p={p if p is None else f'{p:.3g}'} > 0.05, n={cmp.n}); "
+                           "treat its scores as unvalidated and collect more feedback", evaluator_id=evaluator_id,
+                           details=cmp.challenger)
+        if cmp.n < MIN_SIGNIFICANT_N:
+            self.add_alert("small_n", "warning", f"new champion was validated on only {cmp.n} held-out feedback points",
+                           evaluator_id=evaluator_id, details={"n": cmp.n})
+
+    # ------------------------------------------------------------------ alerts
+    def add_alert(self, kind: str, severity: str, message: str, *, evaluator_id: str | None = None, details=None) -> str:
+        aid = uuid.uuid4().hex
+        try:
+            self.store.add_alert(self.cfg.project, self.cfg.target, alert_id=aid, kind=kind, severity=severity, message=message,
+                                 evaluator_id=evaluator_id, details=details)
+        except Exception as exc:
+            log.warning("could not store alert: %s", exc)
+        return aid
+
+    def alerts(self, limit: int = 100) -> list[dict]:
+        return self.store.alerts(self.cfg.project, self.cfg.target, limit)
+
+    def runs(self, limit: int = 50) -> list[dict]:
+        return self.store.runs(self.cfg.project, self.cfg.target, limit)
+
+    # ------------------------------------------------------------------ online scoring
+    def _unscored(self, evaluator_id: str, limit: int) -> list[tuple[str, int]]:
+        settled = _now_ns() - int(self.cfg.settle_seconds * 1e9) if self.cfg.settle_seconds > 0 else None
+        return self.store.unscored_traces(self.cfg.project, evaluator_id, limit, seen_before_ns=settled)
+
+    def score_new(self, *, limit_batches: int | None = None) -> int:
+        """Score traces the champion has not scored yet (newest first); returns how many were scored."""
+        from autometrics.evaluators.continuous.refit import explain_scores
+        from autometrics.evaluators.fit import SCORE_COLUMN
+
+        champ_row, ev = self.champion_evaluator()
+        if ev is None:
+            return 0
+        total = 0
+        for _ in range(limit_batches or self.cfg.max_batches):
+            todo = self._unscored(champ_row["id"], self.cfg.batch_size)
+            if not todo:
+                break
+            texts = self.store.trace_texts([t for t, _ in todo]).set_index("trace_id")
+            rows = []
+            now = _now_ns()
+            ok = texts[texts["output"].notna()] if not texts.empty else texts
+            if len(ok):
+                scored = ev.score_texts(ok["output"].astype(str).tolist(), inputs=ok["input"].fillna("").astype(str).tolist())
+                contrib, rats = explain_scores(ev, scored)
+                for i, tid in enumerate(ok.index):
+                    val = float(scored[SCORE_COLUMN].iloc[i])
+                    rows.append({"trace_id": tid, "score": val if math.isfinite(val) else None,
+                                 "metrics": {f["feature"]: scored[f["feature"]].iloc[i] for f in ev.features},
+                                 "contributions": contrib.iloc[i].to_dict(), "rationales": rats[i],
+                                 "error": None, "trace_start_ns": int(ok["start"].iloc[i])})
+            for tid, first_seen in todo:
+                if tid not in ok.index:
+                    rows.append({"trace_id": tid, "score": None, "metrics": None, "contributions": None, "rationales": None,
+                                 "error": "no output captured for this trace", "trace_start_ns": first_seen})
+            for r in rows:
+                r.update(evaluator_id=champ_row["id"], project=self.cfg.project, target=self.cfg.target, scored_at_ns=now)
+            self.store.write_scores(rows)
+            total += len(rows)
+            if len(todo) < self.cfg.batch_size:
+                break
+        return total
+
+    def scores_frame(self, evaluator_id: str | None = None, *, limit: int | None = None) -> pd.DataFrame:
+        """Online scores (newest trace first) of one version, default the champion."""
+        if evaluator_id is None:
+            ch = self.champion()
+            if ch is None:
+                return self.store.empty_scores_frame()
+            evaluator_id = ch["id"]
+        return self.store.scores_frame(evaluator_id, limit=limit)
+
+    # ------------------------------------------------------------------ drift
+    def check_drift(self) -> list[dict]:
+        """Score drift and validity decay of the champion; stores and returns new alerts."""
+        from autometrics.evaluators.continuous.drift import score_drift, validity_decay
+
+        ch = self.champion()
+        if ch is None:
+            return []
+        new_alerts = []
+        scores = self.scores_frame(ch["id"], limit=self.cfg.drift_window)
+        cur = pd.to_numeric(scores["score"], errors="coerce").dropna().to_numpy()
+        th = self.cfg.drift or DriftThresholds()
+        d = score_drift(ch["statistics"].get("reference_scores", []), cur, thresholds=th)
+        if d["alert"]:
+            msg = (f"score drift: the newest {d['n_current']} scores differ from fit-time scores (KS={d['ks']:.2f}, p={d['p_value']:.2g}, "
+                   f"PSI={d['psi']:.2f}; mean {d['mean_reference']:.3g} -> {d['mean_current']:.3g})")
+            new_alerts.append(self._alert_once("score_drift", "alert", msg, ch["id"], d))
+        # validity: online scores of traces whose feedback arrived after the champion's fit
+        fresh = self.labelled_frame(since_ns=ch["feedback_max_ns"] or 0)
+        if len(fresh):
+            fresh = fresh.sort_values("feedback_ns").tail(self.cfg.validity_window)
+            all_scores = self.scores_frame(ch["id"])
+            online = all_scores[["trace_id", "score"]].rename(columns={"score": "_online"})
+            m = fresh.merge(online, left_on="id", right_on="trace_id", how="inner")
+            m = m[m["_online"].notna()]
+            fit_tau = (ch["statistics"].get("holdout") or {}).get("challenger", {}).get("tau")
+            vd = validity_decay(m["_online"].to_numpy(dtype=float), m[self.cfg.target].to_numpy(dtype=float), fit_tau,
+                                n_boot=min(self.cfg.n_boot, 500), seed=self.cfg.seed, thresholds=th)
+            self._set_validity(ch["id"], vd)
+            w = vd["window"]
+            if vd["level"] == "alert":
+                msg = (f"validity decay: on the newest {w['n']} feedback points tau = {w['tau']:.3f} "
+                       f"[95% CI {w['ci_low']:.3f}, {w['ci_high']:.3f}], below the fit-time {fit_tau:.3f}")
+                new_alerts.append(self._alert_once("validity_decay", "alert", msg, ch["id"], vd))
+            elif vd["level"] == "warning":
+                p_txt = "undefined" if w["p_value"] is None else f"{w['p_value']:.2g}"
+                msg = f"low significance: on the newest {w['n']} feedback points tau = {w['tau']:.3f}, p = {p_txt} > {th.validity_p:g}"
+                new_alerts.append(self._alert_once("low_significance", "warning", msg, ch["id"], vd))
+        return [a for a in new_alerts if a]
+
+    def _alert_once(self, kind, severity, message, evaluator_id, details) -> dict | None:
+        """One open alert per (kind, evaluator version): a condition that persists is not re-alerted."""
+        if self.store.has_alert(kind, evaluator_id):
+            return None
+        aid = self.add_alert(kind, severity, message, evaluator_id=evaluator_id, details=details)
+        return {"id": aid, "kind": kind, "severity": severity, "message": message}
+
+    def _set_validity(self, evaluator_id: str, vd: dict) -> None:
+        """Keep the latest live-validity figures in the version's statistics (for the dashboard)."""
+        self.store.update_version_statistics(evaluator_id, "live_validity", {**vd, "checked_at_ns": _now_ns()})
+
+    # ------------------------------------------------------------------ one tick
+    def tick(self, *, refit: bool = True, force_refit: bool = False) -> dict:
+        """Refit (if due), score new traces, check drift: what a worker does each period."""
+        out: dict = {}
+        if refit:
+            out["refit"] = self.refit(force=force_refit)
+        out["scored"] = self.score_new()
+        out["alerts"] = self.check_drift()
+        return out

@@ -1,0 +1,23 @@
+"""The LLM half of AutoMetrics: generated judges, metric retrieval, and the fit that uses them.
+
+- ``options``: :class:`LLMOptions` and the generator counts (light: no DSPy import).
+- ``metric``: :class:`LLMJudgeMetric`, a generated judge as a MetricBank-style metric (its spec,
+  card, prompts, logprob or JSON scoring).
+- ``generate``: the paper's generators (single criterion, rubric, example-based, MIPROv2).
+- ``retrieve``: BM25 + dense retrieval over Metric Cards, LLM re-rank.
+- ``pipeline``: generate -> retrieve -> score -> regress (:func:`fit_with_judges`).
+
+Evaluator artifacts name the judge class as ``autometrics.evaluators.judges:LLMJudgeMetric``;
+that name is kept stable here, so artifacts written by any version load.
+"""
+
+from __future__ import annotations
+
+
+def __getattr__(name: str):
+    # lazy: importing the package (e.g. for LLMOptions) must not load the judge machinery
+    if name == "LLMJudgeMetric":
+        from autometrics.evaluators.judges.metric import LLMJudgeMetric
+
+        return LLMJudgeMetric
+    raise AttributeError(f"module 'autometrics.evaluators.judges' has no attribute {name!r}")

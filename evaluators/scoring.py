@@ -1,0 +1,93 @@
+"""Scoring a batch of texts with a list of metrics, and rebuilding metrics from artifact specs.
+
+:func:`score_metrics` is what the fit, the evaluator and the reward call to turn texts into a
+feature matrix: one metric that cannot run (missing dependency, a bug, bad data) is skipped with
+a note, never a crash of the whole batch.  :func:`metric_from_artifact_spec` rebuilds a metric
+from an evaluator artifact, importing only MetricBank and the generated-judge class.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import time
+
+import numpy as np
+import pandas as pd
+from autometrics.metricbank import Metric, MetricUnavailable, metric_from_spec
+
+__all__ = ["score_metrics", "metric_from_artifact_spec"]
+
+log = logging.getLogger("autometrics")
+
+
+# Metric classes outside MetricBank that an artifact may name (generated LLM judges).  Only
+# these are imported: an artifact never makes us import arbitrary code.
+_FACTORIES = {"autometrics.evaluators.judges:LLMJudgeMetric"}
+
+
+def metric_from_artifact_spec(spec: dict) -> Metric:
+    factory = spec.get("factory")
+    if not factory:
+        return metric_from_spec(spec)
+    if factory not in _FACTORIES:
+        raise ValueError(f"evaluator names an unknown metric factory {factory!r}")
+    module, cls = factory.split(":")
+    return getattr(importlib.import_module(module), cls)(**spec.get("params", {}))
+
+
+def _progress(iterable, *, total: int, desc: str, enabled: bool):
+    if not enabled:
+        return iterable
+    from tqdm.auto import tqdm
+
+    return tqdm(iterable, total=total, desc=desc, unit="metric", leave=False)
+
+
+def score_metrics(
+    metrics: list[Metric],
+    outputs: list[str],
+    inputs: list[str] | None,
+    references: list[list[str]] | None,
+    *,
+    progress: bool = False,
+) -> tuple[pd.DataFrame, dict[str, dict], list[str]]:
+    """Score a batch with every metric.  A metric that cannot run (missing dependency, a bug,
+    bad data) is skipped with a note, never a crash of the whole batch.
+
+    Returns (features frame, feature metadata by column, notes about skipped metrics).
+    """
+    columns: dict[str, np.ndarray] = {}
+    meta: dict[str, dict] = {}
+    notes: list[str] = []
+    for metric in _progress(metrics, total=len(metrics), desc="scoring metrics", enabled=progress):
+        if metric.needs_reference and references is None:
+            notes.append(f"{metric.name}: skipped, the data has no references")
+            continue
+        if metric.needs_input and inputs is None:
+            notes.append(f"{metric.name}: skipped, the data has no inputs")
+            continue
+        started = time.perf_counter()
+        try:
+            metric.check_available()
+            values = metric.score_all(outputs, inputs=inputs, references=references)
+        except MetricUnavailable as exc:
+            notes.append(f"{metric.name}: unavailable here ({exc})")
+            continue
+        except Exception as exc:  # one broken metric must not sink the fit
+            log.warning("metric %s failed: %s", metric.name, exc, exc_info=True)
+            notes.append(f"{metric.name}: failed ({type(exc).__name__}: {exc})")
+            continue
+        seconds = time.perf_counter() - started
+        for fname, fsig, hib in zip(metric.feature_names(), metric.feature_signatures(), metric.feature_higher_is_better(), strict=True):
+            columns[fname] = values[fname]
+            meta[fname] = {
+                "feature": fname,
+                "signature": fsig,
+                "metric": metric.to_spec(),
+                "submetric": fname.split(".", 1)[1] if "." in fname and metric.submetrics else None,
+                "higher_is_better": hib,
+                "generated": bool(getattr(metric, "generated", False)),
+                "seconds": seconds / max(1, len(metric.feature_names())),
+            }
+    return pd.DataFrame(columns, index=range(len(outputs))), meta, notes

@@ -1,0 +1,207 @@
+"""Capture runtime: the process-wide tracer provider and span/feedback writer, and their lifecycle
+(``configure`` / ``flush`` / ``shutdown`` / ``stats``, plus the interpreter-exit hook).
+
+This module is the single owner of capture's mutable state: the active :class:`_Runtime`
+(``_runtime``), the ``_disabled`` switch, the lock that serialises (re)configuration and the
+atexit registration flag.  The other modules read that state as ``runtime._runtime`` (an
+attribute of this module, never a copy), so ``configure()`` immediately changes what
+``@observe``, ``feedback()`` and friends use; ``autometrics.capture._runtime`` forwards here too.
+
+Backends are only reached from the writer's background thread; a ``_Runtime`` counts and
+rate-limits its own failures (``stats()``), and ``flush``/``shutdown`` are bounded in time, so
+a down store, collector or Langfuse can neither fail nor hold up the application.
+"""
+
+from __future__ import annotations
+
+import atexit
+import threading
+import time
+
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.sampling import ALWAYS_ON, ParentBased, TraceIdRatioBased
+
+from ..collectors.exporter import BatchWriter, CollectorSink, Counters, RateLimitedLog, StoreSink, StoreSpanProcessor
+from .config import ObserveConfig, _langfuse_wanted, _resolve_config, log
+
+SCOPE = "autometrics"
+
+
+class _Runtime:
+    """Everything one configure() built: provider, writer, optional Langfuse export."""
+
+    def __init__(self, cfg: ObserveConfig, store=None):
+        self.cfg = cfg
+        self.counters = Counters()
+        self.errors = RateLimitedLog(log)
+        if cfg.collector_url:
+            sink = CollectorSink(cfg.collector_url, cfg.api_key)
+        else:
+            sink = StoreSink(cfg.store_url, store=store)
+        self.writer = BatchWriter(sink, max_queue=cfg.queue_size, batch_size=cfg.batch_size, interval=cfg.flush_interval,
+                                  counters=self.counters, errors=self.errors)
+        attrs = {"service.name": cfg.project, "autometrics.project": cfg.project}
+        if cfg.task:
+            attrs["autometrics.task"] = cfg.task
+        root_sampler = ALWAYS_ON if cfg.sample_rate >= 1.0 else TraceIdRatioBased(cfg.sample_rate)
+        self.provider = TracerProvider(resource=Resource.create(attrs), sampler=ParentBased(root_sampler))
+        self.provider.add_span_processor(StoreSpanProcessor(self.writer))
+        self.langfuse = None
+        if _langfuse_wanted(cfg.langfuse):
+            try:
+                from ..collectors.langfuse_export import LangfuseExport
+
+                self.langfuse = LangfuseExport(self.provider, counters=self.counters, errors=self.errors)
+            except Exception as exc:
+                self.errors.warning("langfuse-init", "autometrics: Langfuse export disabled: %s: %s", type(exc).__name__, exc)
+        self.tracer = self.provider.get_tracer(SCOPE)
+
+    def flush(self, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        ok = self.writer.flush(timeout)
+        if self.langfuse is not None:
+            ok = self.langfuse.flush(max(0.1, deadline - time.monotonic())) and ok
+        return ok
+
+    def shutdown(self, timeout: float) -> bool:
+        """Flush and stop, all within ``timeout`` (a down backend cannot hold the exit)."""
+        deadline = time.monotonic() + timeout
+        ok = self.flush(timeout)
+        self.writer.shutdown(0.2)
+
+        def _stop():
+            try:
+                if self.langfuse is not None:
+                    self.langfuse.shutdown(max(0.1, deadline - time.monotonic()))
+                self.provider.shutdown()
+            except Exception:
+                pass
+
+        t = threading.Thread(target=_stop, name="autometrics-shutdown", daemon=True)
+        t.start()
+        t.join(max(0.1, deadline - time.monotonic()))
+        return ok
+
+
+# The module state (see the module docstring): rebound only by the functions below.
+_runtime: _Runtime | None = None
+_disabled = False
+_lock = threading.RLock()
+_atexit_registered = False
+
+
+def configure(
+    *,
+    store_url: str | None = None,
+    collector_url: str | None = None,
+    api_key: str | None = None,
+    project: str | None = None,
+    task: str | None = None,
+    sample_rate: float | None = None,
+    langfuse: str | bool | None = None,
+    capture_content: bool | None = None,
+    max_content_chars: int | None = None,
+    queue_size: int | None = None,
+    flush_interval: float | None = None,
+    feedback_aggregate: str | dict | None = None,
+    enabled: bool | None = None,
+    store=None,
+) -> ObserveConfig:
+    """Set up capture (replacing an earlier configuration, whose queue is flushed first).
+
+    Never contacts a backend here: stores, collectors and Langfuse are reached from the
+    background thread, so a down backend cannot fail or slow the application's start.
+    Raises ``ValueError`` only for an invalid argument (e.g. ``sample_rate=2``).
+    ``store``: an already-open :class:`~autometrics.collectors.store.TraceStore` to write to.
+    """
+    global _runtime, _disabled, _atexit_registered
+    cfg = _resolve_config(
+        store_url=store_url, collector_url=collector_url, api_key=api_key, project=project, task=task,
+        sample_rate=sample_rate, langfuse=langfuse, capture_content=capture_content,
+        max_content_chars=max_content_chars, queue_size=queue_size, flush_interval=flush_interval,
+        feedback_aggregate=feedback_aggregate, enabled=enabled,
+    )
+    with _lock:
+        old, _runtime = _runtime, None
+        if old is not None:
+            old.shutdown(5.0)
+        _disabled = not cfg.enabled
+        if cfg.enabled:
+            _runtime = _Runtime(cfg, store=store)
+        if not _atexit_registered:
+            atexit.register(_at_exit)
+            _atexit_registered = True
+    return cfg
+
+
+def _get_runtime() -> _Runtime | None:
+    rt = _runtime
+    if rt is not None or _disabled:
+        return rt
+    try:  # first use without configure(): configure from the environment
+        with _lock:
+            if _runtime is None and not _disabled:
+                configure()
+    except Exception as exc:
+        log.warning("autometrics: capture disabled, configuration failed: %s", exc)
+        _set_disabled()
+    return _runtime
+
+
+def _set_disabled() -> None:
+    global _disabled
+    _disabled = True
+
+
+def _at_exit() -> None:
+    try:
+        shutdown(timeout=5.0)
+    except Exception:
+        pass
+
+
+def _internal(rt: _Runtime | None, where: str, exc: Exception) -> None:
+    """Count and (rate-limited) log a failure of capture's own code; never raises."""
+    try:
+        if rt is not None:
+            rt.counters.add("internal_errors")
+            rt.errors.warning(where, "autometrics: %s failed (the call ran uncaptured): %s: %s", where, type(exc).__name__, exc)
+    except Exception:
+        pass
+
+
+def flush(timeout: float = 10.0) -> bool:
+    """Write everything captured so far (bounded by ``timeout`` seconds); True when all was handled."""
+    rt = _runtime
+    if rt is None:
+        return True
+    try:
+        return rt.flush(timeout)
+    except Exception:
+        return False
+
+
+def shutdown(timeout: float = 5.0) -> bool:
+    """Flush and stop capture; later decorated calls run uncaptured until configure() is called."""
+    global _runtime
+    with _lock:
+        rt, _runtime = _runtime, None
+        _set_disabled()
+    if rt is None:
+        return True
+    try:
+        return rt.shutdown(timeout)
+    except Exception:
+        return False
+
+
+def stats() -> dict:
+    """Counters: ``span_queued``, ``span_written``, ``span_dropped``, ``span_failed``, the same
+    for ``feedback_*``, ``write_errors``, ``internal_errors``, ``langfuse_*``, and ``queue_size``."""
+    rt = _runtime
+    if rt is None:
+        return {}
+    out = rt.counters.snapshot()
+    out["queue_size"] = rt.writer.qsize()
+    return out
