@@ -25,7 +25,7 @@ import time
 import pandas as pd
 from autometrics.evaluators.data import DataError, Dataset, load_dataset
 from autometrics.evaluators.evaluator import SCORE_COLUMN, Evaluator, load_evaluator, score_metrics
-from autometrics.evaluators.induce import MIN_LABELS_FOR_CONFIDENCE, FitResult, fit_on_features
+from autometrics.evaluators.induce import DEFAULT_REGRESSION, MIN_LABELS_FOR_CONFIDENCE, FitResult, fit_on_features
 from autometrics.evaluators.judges.options import LLMOptions
 from autometrics.metricbank import Metric, default_metrics, get_metric
 
@@ -50,6 +50,7 @@ def fit_evaluator(
     top_n: int = 5,
     metrics: list[Metric | str] | None = None,
     n_boot: int = 1000,
+    regression: str = DEFAULT_REGRESSION,
     progress: bool = False,
     dataset: Dataset | None = None,
     features: tuple[pd.DataFrame, dict, list[str]] | None = None,
@@ -62,7 +63,10 @@ def fit_evaluator(
     the LLM path; ``llm`` wins when both are given.  ``metrics`` limits the LLM-free path to
     these MetricBank metrics.  ``dataset``/``features`` let callers (benchmarks, refit jobs)
     reuse a loaded dataset and an already-scored feature matrix across several splits.
-    ``dry_run`` (LLM path only) returns the estimated calls and tokens and makes no call.
+    ``regression``: how metrics are selected and weighted — ``nnls`` (default: sign-constrained
+    least squares over near-duplicate-collapsed metrics), ``pls`` (the paper's two-stage PLS),
+    ``enet``, ``single`` (best metric), ``nnls_nodedup``, or ``auto`` (chosen by grouped CV on
+    the training rows).  ``dry_run`` (LLM path only) returns the estimated calls and tokens and makes no call.
     ``echo`` receives progress lines of the LLM path.
     """
     started = time.perf_counter()
@@ -70,7 +74,7 @@ def fit_evaluator(
                                  id_col=id_col, group_col=group_col)
     if target not in ds.targets:
         raise DataError(f"target {target!r} was not loaded; loaded targets: {ds.targets}")
-    common = {"task": task, "test_size": test_size, "seed": seed, "top_n": top_n, "n_boot": n_boot}
+    common = {"task": task, "test_size": test_size, "seed": seed, "top_n": top_n, "n_boot": n_boot, "regression": regression}
     if llm is not None or llm_options is not None:
         from autometrics.evaluators.judges.pipeline import fit_with_judges
 

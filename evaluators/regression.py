@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["PLSMetricSelector"]
+__all__ = ["LinearSelector", "PLSMetricSelector", "prepare"]
 
 
 def _pls_1(Z: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, float]:
@@ -32,7 +32,72 @@ def _pls_1(Z: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, float]:
     return coef, intercept
 
 
-class PLSMetricSelector:
+def prepare(X, y, generated):
+    """Validated arrays plus the train median imputation and standardisation (as PLS does)."""
+    X = np.asarray(X, dtype=float)
+    y = np.asarray(y, dtype=float)
+    if X.ndim != 2 or y.ndim != 1 or X.shape[0] != y.shape[0]:
+        raise ValueError(f"X must be (n_examples, n_metrics) with n_examples={y.shape[0]}, got {X.shape}")
+    if np.isnan(y).any():
+        raise ValueError("y contains NaN: drop unlabelled rows before fitting")
+    p = X.shape[1]
+    generated = np.zeros(p, dtype=bool) if generated is None else np.asarray(generated, dtype=bool)
+    if generated.shape != (p,):
+        raise ValueError(f"generated must have one flag per metric ({p}), got {generated.shape}")
+    with np.errstate(all="ignore"):
+        impute = np.nanmedian(X, axis=0)
+    Xi = np.where(np.isnan(X), impute, X)
+    mean = Xi.mean(axis=0)
+    scale = Xi.std(axis=0)
+    usable = np.isfinite(impute) & np.isfinite(scale) & (scale > 1e-12)
+    if not usable.any():
+        raise ValueError("no candidate metric varies on the training rows; nothing to regress on")
+    safe_scale = np.where(usable, scale, 1.0)
+    Z = np.where(usable, (Xi - mean) / safe_scale, 0.0)
+    return X, y, generated, impute, mean, safe_scale, usable, Z
+
+
+class LinearSelector:
+    """Base of every selector (here and in :mod:`.selection`), the scoring half: ``predict = transform_selected(X) @ coef_ + intercept_``."""
+
+    def _store(self, p, impute, mean, scale, usable, stage1, selected, coef, intercept) -> None:
+        self.n_features_in_ = p
+        self.impute_ = impute
+        self.mean_ = mean
+        self.scale_ = scale
+        self.usable_ = usable
+        self.stage1_coef_ = stage1
+        self.selected_ = np.asarray(selected, dtype=int)
+        self.coef_ = np.asarray(coef, dtype=float)
+        self.intercept_ = float(intercept)
+
+    def _check_fitted(self) -> None:
+        if not hasattr(self, "coef_"):
+            raise RuntimeError(f"{type(self).__name__} is not fitted; call fit(X, y) first")
+
+    def transform_selected(self, X) -> np.ndarray:
+        """Imputed, standardised values of the selected metrics."""
+        self._check_fitted()
+        X = np.asarray(X, dtype=float)
+        if X.ndim != 2 or X.shape[1] != self.n_features_in_:
+            raise ValueError(f"X must have {self.n_features_in_} metric columns, got shape {X.shape}")
+        sel = self.selected_
+        Xs = np.where(np.isnan(X[:, sel]), self.impute_[sel], X[:, sel])
+        return (Xs - self.mean_[sel]) / self.scale_[sel]
+
+    def predict(self, X) -> np.ndarray:
+        return self.transform_selected(X) @ self.coef_ + self.intercept_
+
+    @property
+    def importance_(self) -> np.ndarray:
+        """Share (sum 1) of each selected metric in the prediction: |weight| on standardised scale."""
+        self._check_fitted()
+        a = np.abs(self.coef_)
+        return a / a.sum() if a.sum() > 0 else np.full(len(a), 1.0 / len(a))
+
+
+
+class PLSMetricSelector(LinearSelector):
     """scikit-learn style estimator: ``__init__`` stores settings, ``fit`` learns the ``*_`` state."""
 
     def __init__(self, *, top_n: int = 5, drop_negative_generated: bool = True):
@@ -40,27 +105,10 @@ class PLSMetricSelector:
         self.drop_negative_generated = drop_negative_generated
 
     def fit(self, X, y, *, generated=None) -> PLSMetricSelector:
-        X = np.asarray(X, dtype=float)
-        y = np.asarray(y, dtype=float)
-        if X.ndim != 2 or X.shape[0] != y.shape[0]:
-            raise ValueError(f"X must be (n_examples, n_metrics) with n_examples={y.shape[0]}, got {X.shape}")
-        if np.isnan(y).any():
-            raise ValueError("y contains NaN: drop unlabelled rows before fitting")
         if self.top_n < 1:
             raise ValueError(f"top_n must be >= 1, got {self.top_n}")
-        n, p = X.shape
-        generated = np.zeros(p, dtype=bool) if generated is None else np.asarray(generated, dtype=bool)
-
-        with np.errstate(all="ignore"):
-            impute = np.nanmedian(X, axis=0)
-        Xi = np.where(np.isnan(X), impute, X)
-        mean = Xi.mean(axis=0)
-        scale = Xi.std(axis=0)
-        usable = np.isfinite(impute) & np.isfinite(scale) & (scale > 1e-12)
-        if not usable.any():
-            raise ValueError("no candidate metric varies on the training rows; nothing to regress on")
-        safe_scale = np.where(usable, scale, 1.0)
-        Z = (Xi - mean) / safe_scale
+        X, y, generated, impute, mean, safe_scale, usable, Z = prepare(X, y, generated)
+        p = X.shape[1]
 
         cols = np.flatnonzero(usable)
         stage1, _ = _pls_1(Z[:, cols], y)
@@ -79,37 +127,5 @@ class PLSMetricSelector:
                 break
             selected = [j for j in selected if j not in bad]
 
-        self.n_features_in_ = p
-        self.impute_ = impute
-        self.mean_ = mean
-        self.scale_ = safe_scale
-        self.usable_ = usable
-        self.stage1_coef_ = stage1_coef
-        self.selected_ = np.asarray(selected, dtype=int)
-        self.coef_ = coef
-        self.intercept_ = intercept
+        self._store(p, impute, mean, safe_scale, usable, stage1_coef, selected, coef, intercept)
         return self
-
-    def _check_fitted(self) -> None:
-        if not hasattr(self, "coef_"):
-            raise RuntimeError("PLSMetricSelector is not fitted; call fit(X, y) first")
-
-    def transform_selected(self, X) -> np.ndarray:
-        """Imputed, standardised values of the selected metrics."""
-        self._check_fitted()
-        X = np.asarray(X, dtype=float)
-        if X.shape[1] != self.n_features_in_:
-            raise ValueError(f"X has {X.shape[1]} metrics, the selector was fitted on {self.n_features_in_}")
-        sel = self.selected_
-        Xs = np.where(np.isnan(X[:, sel]), self.impute_[sel], X[:, sel])
-        return (Xs - self.mean_[sel]) / self.scale_[sel]
-
-    def predict(self, X) -> np.ndarray:
-        return self.transform_selected(X) @ self.coef_ + self.intercept_
-
-    @property
-    def importance_(self) -> np.ndarray:
-        """Share (sum 1) of each selected metric in the prediction: |weight| on standardised scale."""
-        self._check_fitted()
-        a = np.abs(self.coef_)
-        return a / a.sum() if a.sum() > 0 else np.full(len(a), 1.0 / len(a))

@@ -42,6 +42,25 @@ def _formula(ev) -> str:
     return f"{a['target']} ≈ " + " ".join(parts)
 
 
+def _regression_line(a: dict) -> str:
+    m = a["method"]
+    name = m.get("regression", "pls")  # artifacts before the regression option were PLS
+    what = {"nnls": "sign-constrained non-negative least squares over near-duplicate-collapsed metrics (each weight has the sign of its metric's train τ)",
+            "nnls_nodedup": "sign-constrained non-negative least squares (no near-duplicate collapsing)",
+            "pls": "two-stage PLS (the AutoMetrics paper)", "enet": "elastic net (penalty by CV)",
+            "single": "the best single metric on train"}.get(name, name)
+    line = f"Selection and weights: **{name}** — {what}; top {m.get('top_n')} metrics."
+    ch = m.get("regression_choice")
+    if ch:
+        line += f" Chosen automatically on the training rows: {ch.get('note')} (inner-CV τ {fmt_number(ch.get('tau'))})."
+    return line
+
+
+def _stands_for(f: dict) -> str:
+    reps = f.get("represents") or []
+    return ", ".join(reps) if reps else "–"
+
+
 def _card_markdown(name: str) -> str:
     try:
         return load_card(name)
@@ -71,13 +90,18 @@ def render_markdown(result: FitResult) -> str:
     if st.get("best_single_metric"):
         b = st["best_single_metric"]
         lines.append(f"- Best single existing metric chosen on train, `{b['feature']}`: test {_stat_line(b['test'])}")
+    if st.get("blackbox_reference"):
+        r = st["blackbox_reference"]
+        lines.append(f"- Black-box reference ({r['model']}, not interpretable), same split: test {_stat_line(r['test'])}")
     lines += ["", "## Warnings", ""]
     lines += [f"- ⚠ {w}" for w in a["warnings"]] or ["- none"]
     lines += ["", "## Evaluator", "", f"`{_formula(ev)}`", "", "z(m) = (m − train mean) / train std; missing values take the train median.", ""]
-    lines += ["| metric | weight | importance | τ train | τ test | higher is better |", "|---|---:|---:|---:|---:|---|"]
+    lines += [_regression_line(a), ""]
+    lines += ["| metric | weight | importance | τ train | τ test | higher is better | stands for (near-duplicates left out) |",
+              "|---|---:|---:|---:|---:|---|---|"]
     for f in a["features"]:
         lines.append(
-            f"| `{f['feature']}` | {f['weight']:+.4f} | {100 * f['importance']:.1f}% | {fmt_number(f['tau_train'])} | {fmt_number(f['tau_test'])} | {'yes' if f['higher_is_better'] else 'no'} |"
+            f"| `{f['feature']}` | {f['weight']:+.4f} | {100 * f['importance']:.1f}% | {fmt_number(f['tau_train'])} | {fmt_number(f['tau_test'])} | {'yes' if f['higher_is_better'] else 'no'} | {_stands_for(f)} |"
         )
     lines += ["", f"## All candidate metrics ({st['n_candidates']}, {st['n_usable_candidates']} usable)", ""]
     lines += ["| metric | τ train | τ test | stage-1 weight | selected |", "|---|---:|---:|---:|---|"]
@@ -196,6 +220,12 @@ def render_html(result: FitResult) -> str:
             f"<div class='stat'><div class='l'>Best single metric (chosen on train)</div><div class='v'>{fmt_number(b['test'].get('tau'))}</div>"
             f"<div class='l'>{e(b['feature'])} on test · CI [{fmt_number(b['test'].get('ci_low'))}, {fmt_number(b['test'].get('ci_high'))}]</div></div>"
         )
+    if st.get("blackbox_reference"):
+        r = st["blackbox_reference"]
+        out.append(
+            f"<div class='stat' id='blackbox'><div class='l'>Black-box reference (not interpretable)</div><div class='v'>{fmt_number(r['test'].get('tau'))}</div>"
+            f"<div class='l'>{e(r['model'])} on test · CI [{fmt_number(r['test'].get('ci_low'))}, {fmt_number(r['test'].get('ci_high'))}]</div></div>"
+        )
     out.append("</div>")
     if a["warnings"]:
         out.append("<div class='warn' id='warnings'><b>Warnings</b><ul>" + "".join(f"<li>{e(w)}</li>" for w in a["warnings"]) + "</ul></div>")
@@ -204,13 +234,16 @@ def render_html(result: FitResult) -> str:
 
     out.append("<h2>The evaluator</h2>")
     out.append(f"<div class='formula'><code>{e(_formula(ev))}</code><div class='meta'>z(m) = (m − train mean) / train std; missing values take the train median.</div></div>")
-    out.append("<table id='selected'><tr><th>metric</th><th>weight</th><th>importance</th><th>τ train</th><th>τ test</th><th>higher is better</th></tr>")
+    out.append(f"<p>{e(_regression_line(a)).replace('**', '')}</p>")
+    out.append("<table id='selected'><tr><th>metric</th><th>weight</th><th>importance</th><th>τ train</th><th>τ test</th><th>higher is better</th>"
+               "<th>stands for (near-duplicates left out)</th></tr>")
     for f in a["features"]:
         pct = 100 * f["importance"]
         out.append(
             f"<tr><td><code>{e(f['feature'])}</code></td><td class='n'>{f['weight']:+.4f}</td>"
             f"<td><span class='bar' style='width:{1.6 * pct:.0f}px'></span> {pct:.1f}%</td>"
-            f"<td class='n'>{fmt_number(f['tau_train'])}</td><td class='n'>{fmt_number(f['tau_test'])}</td><td>{'yes' if f['higher_is_better'] else 'no'}</td></tr>"
+            f"<td class='n'>{fmt_number(f['tau_train'])}</td><td class='n'>{fmt_number(f['tau_test'])}</td><td>{'yes' if f['higher_is_better'] else 'no'}</td>"
+            f"<td>{e(_stands_for(f))}</td></tr>"
         )
     out.append("</table>")
     out.append("<h2>Predicted vs human (test points solid, train points faint)</h2>")

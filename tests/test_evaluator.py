@@ -83,3 +83,58 @@ def test_broken_metric_is_skipped_not_fatal():
     res = fit_evaluator("demo:simpeval", "score", metrics=[Broken(), get_metric("OutputLength"), get_metric("LengthRatio")], n_boot=50)
     assert any("Broken: failed" in w for w in res.evaluator.artifact["warnings"])
     assert {f["metric"]["name"] for f in res.evaluator.features} <= {"OutputLength", "LengthRatio"}
+
+
+def test_default_regression_is_sign_constrained_and_recorded(simpeval_fit):
+    """Issue 13: NNLS by default; each weight agrees in sign with its metric's train tau, no two
+    selected metrics are near-duplicates (each lists the ones it stands for), and the fit shows
+    the best single metric and the black-box reference on the same split."""
+    a = simpeval_fit.evaluator.artifact
+    assert a["method"]["regression"] == "nnls" and a["method"]["name"] == "autometrics-nnls"
+    for f in a["features"]:
+        assert np.sign(f["weight"]) == np.sign(f["tau_train"]), f
+        assert f["feature"] not in f["represents"]
+    stood_for = [m for f in a["features"] for m in f["represents"]]
+    assert len(stood_for) == len(set(stood_for)) and not set(stood_for) & {f["feature"] for f in a["features"]}
+    st = a["statistics"]
+    assert st["best_single_metric"]["test"]["n"] == st["test"]["n"]
+    pytest.importorskip("xgboost", reason="the black-box reference needs xgboost (bench extra)")
+    assert st["blackbox_reference"]["test"]["n"] == st["test"]["n"] and "XGBoost" in st["blackbox_reference"]["model"]
+
+
+def test_pls_and_auto_regressions_are_selectable_and_auto_never_sees_the_test_split(monkeypatch):
+    pls = fit_evaluator("demo:simpeval", "score", n_boot=0, regression="pls")
+    assert pls.evaluator.artifact["method"]["regression"] == "pls"
+    import autometrics.evaluators.induce as induce
+
+    seen = {}
+    real = induce.choose_regression
+
+    def spy(X, y, groups, generated, **kw):
+        seen["n"] = len(y)
+        return real(X, y, groups, generated, **kw)
+
+    monkeypatch.setattr(induce, "choose_regression", spy)
+    auto = fit_evaluator("demo:simpeval", "score", n_boot=0, regression="auto")
+    m = auto.evaluator.artifact["method"]
+    assert m["regression"] in ("nnls", "pls", "enet", "single") and m["regression_choice"]["note"]
+    assert seen["n"] == auto.evaluator.artifact["dataset"]["n_train"]  # train rows only
+    with pytest.raises(ValueError, match="unknown regression"):
+        fit_evaluator("demo:simpeval", "score", n_boot=0, regression="ols")
+
+
+def test_an_evaluator_written_before_the_regression_option_still_scores_the_same(simpeval_fit):
+    """Artifacts of earlier releases have no method.regression / features[].represents /
+    blackbox_reference: they load and score exactly as before (same formula)."""
+    old = json.loads(json.dumps(simpeval_fit.evaluator.artifact))
+    old["method"].pop("regression"), old["method"].pop("regression_choice")
+    old["method"]["name"] = "autometrics-pls"
+    old["statistics"].pop("blackbox_reference", None)
+    for f in old["features"]:
+        f.pop("represents")
+    outs = ["A short sentence.", "The cat sat on the mat because it was tired."]
+    ins = ["A rather long and complicated sentence.", "Owing to fatigue, the feline reposed upon the mat."]
+    refs = [["A short sentence."], ["The cat rested on the mat because it was tired."]]
+    new_scores = simpeval_fit.evaluator.score_texts(outs, inputs=ins, references=refs)[SCORE_COLUMN].to_numpy()
+    old_scores = Evaluator(old).score_texts(outs, inputs=ins, references=refs)[SCORE_COLUMN].to_numpy()
+    np.testing.assert_allclose(old_scores, new_scores)

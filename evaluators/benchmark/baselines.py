@@ -51,6 +51,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
+from autometrics.evaluators.blackbox import gbm_model, single_threaded, xgboost_version  # noqa: F401
 from autometrics.evaluators.data import Dataset
 from autometrics.evaluators.stats import kendall_tau
 
@@ -97,15 +98,6 @@ class SplitContext:
     test_size: float = 0.3
     task: str | None = None
     criterion: str | None = None
-
-
-def single_threaded():
-    """Limit BLAS/OpenMP to one thread: the models here are small, and on a shared machine
-    multi-threaded OpenBLAS/OpenMP oversubscribes (measured on 2 busy cores: ridge CV 15-40 s
-    with default threads vs 1.2 s with one; a HistGradientBoostingRegressor fit 10.8 s vs 0.9 s)."""
-    from threadpoolctl import threadpool_limits
-
-    return threadpool_limits(limits=1)
 
 
 def _ids(rows: Dataset) -> list[str]:
@@ -294,16 +286,6 @@ class BestMetricBaseline(Baseline):
 # ------------------------------------------------------------------------ (b) MetaMetrics
 
 
-def xgboost_version() -> str | None:
-    import importlib.util
-
-    if importlib.util.find_spec("xgboost") is None:
-        return None
-    import xgboost
-
-    return xgboost.__version__
-
-
 class MetaMetricsBaseline(Baseline):
     """Gradient-boosted trees over every metric score (NaN handled natively by both
     backends).  ``backend``: ``auto`` (XGBoost if installed, else scikit-learn), ``xgboost``
@@ -333,18 +315,8 @@ class MetaMetricsBaseline(Baseline):
         return "MetaMetrics-style GBM (scikit-learn HistGradientBoostingRegressor)"
 
     def _model(self, seed: int):
-        if self.backend == "xgboost":
-            import xgboost
-
-            return xgboost.XGBRegressor(n_estimators=self.n_estimators, max_depth=self.max_depth,
-                                        learning_rate=self.learning_rate, subsample=0.8, colsample_bytree=0.8,
-                                        min_child_weight=2.0, reg_lambda=1.0, tree_method="hist", n_jobs=1,
-                                        random_state=seed)
-        from sklearn.ensemble import HistGradientBoostingRegressor
-
-        return HistGradientBoostingRegressor(max_iter=self.n_estimators, max_depth=self.max_depth,
-                                             learning_rate=self.learning_rate, min_samples_leaf=5, l2_regularization=1.0,
-                                             early_stopping=False, random_state=seed)
+        return gbm_model(self.backend, seed, n_estimators=self.n_estimators, max_depth=self.max_depth,
+                         learning_rate=self.learning_rate)
 
     def fit(self, train, y, *, context=None):
         y = self._check_fit_args(train, y)

@@ -49,7 +49,7 @@ class RefitFit:
     """What :func:`fit_for_refit` produced: the fit, which pipeline made it, and notes."""
 
     result: FitResult
-    method: str  # "autometrics-pls" (LLM-free) or "autometrics-llm"
+    method: str  # "autometrics-<regression>" (LLM-free, e.g. autometrics-nnls) or "autometrics-llm"
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -152,7 +152,7 @@ def fit_for_refit(
         top_n=top_n,
         test_size=test_size,
     )
-    return RefitFit(result, "autometrics-pls", notes)
+    return RefitFit(result, result.evaluator.artifact["method"]["name"], notes)
 
 
 def newest_holdout(frame: pd.DataFrame, fraction: float = 0.3, *, time_col: str = "feedback_ns", group_col: str = "input"):

@@ -25,7 +25,6 @@ from __future__ import annotations
 import logging
 import signal
 import threading
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path

@@ -92,6 +92,7 @@ def fit_with_judges(
     seed: int = 0,
     top_n: int = 5,
     n_boot: int = 1000,
+    regression: str = "nnls",
     progress: bool = False,
     dry_run: bool = False,
     echo=lambda *a, **k: None,
@@ -161,7 +162,7 @@ def fit_with_judges(
 
         # ----------------------------------------------------------------- regress
         result = fit_on_features(ds, target, (X, meta, score_notes), task=task, test_size=test_size, seed=seed, top_n=top_n,
-                                 n_boot=n_boot, started=started)
+                                 n_boot=n_boot, regression=regression, started=started)
 
         # ---------------------------------------------------------------- extras
         a = result.evaluator.artifact
@@ -192,7 +193,8 @@ def fit_with_judges(
         singles = [j for j in judges if j.spec.kind == "single" and j.name in X.columns]
         if opts.compare_multi and singles:
             multi = _compare_multi(singles, judge, X, y, outputs, inputs, train_pos, refit=lambda Xm: fit_on_features(
-                ds, target, (Xm, meta, score_notes), task=task, test_size=test_size, seed=seed, top_n=top_n, n_boot=n_boot))
+                ds, target, (Xm, meta, score_notes), task=task, test_size=test_size, seed=seed, top_n=top_n, n_boot=n_boot,
+                regression=regression))
             multi["tau_test_fit_single"] = result.evaluator.artifact["statistics"]["test"]["tau"]
 
         a["method"]["name"] = "autometrics-full"

@@ -2,7 +2,7 @@
 
 Shapes kept stable (scripts depend on them; options may be added):
   autometrics fit DATA --target COL [--task TEXT] [--input-col] [--output-col] [--reference-col ...]
-                  [--test-size 0.3] [--seed 0] [--top-n 5] --out DIR
+                  [--test-size 0.3] [--seed 0] [--top-n 5] [--regression nnls|pls|enet|single|auto] --out DIR
   autometrics score EVALUATOR DATA --out FILE.csv
   autometrics bank list [--unavailable] | autometrics bank show NAME
   autometrics fit ... [--scaling [--scaling-seeds 3]] [--robustness [--robustness-n 40]]   (report analyses; opt-in)
@@ -39,6 +39,10 @@ def _build_parser() -> argparse.ArgumentParser:
     f.add_argument("--test-size", type=float, default=0.3)
     f.add_argument("--seed", type=int, default=0)
     f.add_argument("--top-n", type=int, default=5)
+    f.add_argument("--regression", default="nnls", choices=["nnls", "pls", "enet", "single", "nnls_nodedup", "auto"],
+                   help="how metrics are selected and weighted: nnls (default; sign-constrained least squares, "
+                        "near-duplicates collapsed), pls (the AutoMetrics paper's two-stage PLS), enet, single "
+                        "(best metric), auto (chosen by grouped CV on the training rows only)")
     f.add_argument("--metrics", default=None, help="comma-separated MetricBank names to consider (default: all that run)")
     f.add_argument("--n-boot", type=int, default=1000, help="bootstrap resamples for confidence intervals")
     f.add_argument("--out", required=True, help="output folder")
@@ -172,6 +176,7 @@ def _cmd_fit(args) -> int:
         if use_llm:
             opts = _llm_options(args)
             kw = dict(task=args.task, llm_options=opts, test_size=args.test_size, seed=args.seed, top_n=args.top_n,
+                      regression=args.regression,
                       n_boot=args.n_boot, progress=not args.no_progress, dataset=ds)
             if args.dry_run:
                 plan = fit_evaluator(args.data, t, dry_run=True, **kw)
@@ -189,6 +194,7 @@ def _cmd_fit(args) -> int:
                 test_size=args.test_size,
                 seed=args.seed,
                 top_n=args.top_n,
+                regression=args.regression,
                 metrics=metrics,
                 n_boot=args.n_boot,
                 progress=not args.no_progress,
@@ -200,6 +206,9 @@ def _cmd_fit(args) -> int:
         paths = write_reports(result, out)
         st = result.evaluator.statistics
         te = st["test"]
+        m = result.evaluator.artifact["method"]
+        how = m.get("regression", "pls") + (f" (auto: {m['regression_choice']['note']})" if m.get("regression_choice") else "")
+        print(f"[{t}] regression: {how}")
         print(f"[{t}] selected: " + ", ".join(f"{f['feature']} ({f['weight']:+.3f})" for f in result.evaluator.features))
         print(
             f"[{t}] held-out Kendall tau = {te['tau']:.3f} (95% CI {te['ci_low']:.3f} .. {te['ci_high']:.3f}, "
@@ -210,6 +219,9 @@ def _cmd_fit(args) -> int:
         if st.get("best_single_metric") and st["best_single_metric"]["test"]["tau"] is not None:
             b = st["best_single_metric"]
             print(f"[{t}] best single metric on train: {b['feature']}, held-out tau = {b['test']['tau']:.3f}")
+        bb = st.get("blackbox_reference")
+        if bb and bb["test"]["tau"] is not None:
+            print(f"[{t}] black-box reference ({bb['model']}), same split: held-out tau = {bb['test']['tau']:.3f}")
         for w in result.evaluator.artifact["warnings"]:
             if w not in ds.warnings:
                 print(f"[{t}] warning: {w}")

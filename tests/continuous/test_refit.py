@@ -82,7 +82,7 @@ def test_fit_for_refit_falls_back_without_llm_pipeline(monkeypatch, tmp_path):
     frame = simpeval(80)[["id", "input", "output", "score"]]
     fit = fit_for_refit(frame, "score", "Simplify", "auto", n_boot=50)
     if not ok:
-        assert fit.method == "autometrics-pls" and any("LLM pipeline not used" in n for n in fit.notes)
+        assert fit.method == "autometrics-nnls" and any("LLM pipeline not used" in n for n in fit.notes)
     assert all(not f["metric"].get("needs_reference", False) for f in fit.evaluator.features)
     assert fit_for_refit(frame, "score", None, None, n_boot=50).notes == []
 
