@@ -99,3 +99,28 @@ def langfuse_server(monkeypatch):
         monkeypatch.delenv("LANGFUSE_HOST", raising=False)
         monkeypatch.setenv("LANGFUSE_FLUSH_INTERVAL", "0.2")
         yield srv
+
+
+# ---- the capture half (tests/sdk, tests/collectors): an isolated SDK and an in-thread collector
+@pytest.fixture
+def capture(tmp_path, monkeypatch):
+    """The SDK module with a clean environment; shut down after the test."""
+    pytest.importorskip("opentelemetry.sdk", reason="needs the `observe` extra")
+    for k in list(os.environ):
+        if k.startswith(("AUTOMETRICS_", "LANGFUSE_")) and k not in ("AUTOMETRICS_SHARED",):
+            monkeypatch.delenv(k, raising=False)
+    monkeypatch.setenv("AUTOMETRICS_HOME", str(tmp_path / "home"))
+    import autometrics.capture as cap
+
+    yield cap
+    cap.shutdown(5.0)
+
+
+@pytest.fixture
+def collector(tmp_path):
+    pytest.importorskip("sqlalchemy", reason="needs the `observe` extra")
+    from autometrics.collectors.server import CollectorServer
+
+    srv = CollectorServer(f"sqlite:///{tmp_path / 'collector.db'}", port=0, api_keys=["test-key"], langfuse="off").start()
+    yield srv
+    srv.stop()

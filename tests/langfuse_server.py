@@ -3,7 +3,7 @@
 No Langfuse server can run on this project's machines (its v3/v4 server needs ClickHouse >=
 24.3 and Prisma engine downloads; see ../shared/langfuse/README.md), so everything that talks
 to Langfuse is tested with the real ``langfuse`` 5.x SDK against this one server, used by both
-the capture tests (tests/observe) and the continuous-evaluation tests (tests/continuous).  It
+the capture tests (tests/sdk, tests/collectors) and the continuous-evaluation tests (tests/evaluators/continuous).  It
 answers the endpoints the SDK calls and checks every request the way Langfuse would:
 
 - Basic auth with the configured key pair on every request (401 otherwise).

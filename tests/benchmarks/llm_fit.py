@@ -33,7 +33,7 @@ def main(argv=None) -> int:
     import pandas as pd
     from autometrics.evaluators.llm import local as local_llm
     from autometrics.evaluators.fit import fit_evaluator
-from autometrics.evaluators.judges.options import LLMOptions
+    from autometrics.evaluators.judges.options import LLMOptions
     from autometrics.evaluators.judges.generate import PAPER_COUNTS, QUICK_COUNTS, GeneratorCounts
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])

@@ -32,11 +32,11 @@ ROOT = Path(__file__).resolve().parents[2]
 def main(argv=None) -> int:
     import dspy
     import numpy as np
-    from autometrics.evaluators.llm import local as local_llm
+    from autometrics.evaluators.analysis.reward import RewardWatch
     from autometrics.evaluators.data import builtin_dataset_path, load_dataset
     from autometrics.evaluators.fit import fit_evaluator
+    from autometrics.evaluators.llm import local as local_llm
     from autometrics.evaluators.llm.client import LLMCache, LLMClient, LLMConfig, dspy_lm
-    from autometrics.evaluators.analysis.reward import RewardWatch
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--model", default="0.5b", choices=sorted(local_llm.MODELS))

@@ -1,9 +1,11 @@
+"""Fixtures for the LLM tests (tests/evaluators/llm, tests/evaluators/judges): the fake
+OpenAI-compatible server (tests/fake_llm_server.py, fault injection) and a client bound to it."""
+
 from __future__ import annotations
 
 import pytest
 from autometrics.evaluators.llm.client import LLMCache, LLMClient, LLMConfig
-
-from .fake_server import FakeLLMServer
+from fake_llm_server import FakeLLMServer
 
 
 @pytest.fixture

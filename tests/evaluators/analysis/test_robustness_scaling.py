@@ -9,9 +9,6 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
-from autometrics.evaluators.fit import Evaluator, fit_evaluator
-from autometrics.evaluators.llm.client import LLMClient, LLMConfig
-from autometrics.evaluators.report import attach_analyses, write_reports
 from autometrics.evaluators.analysis.robustness import (
     PERTURBATIONS,
     PerturbationCache,
@@ -23,8 +20,11 @@ from autometrics.evaluators.analysis.robustness import (
     stability,
 )
 from autometrics.evaluators.analysis.scaling import bootstrap_taus, run_scaling, scaling_sizes
+from autometrics.evaluators.fit import Evaluator, fit_evaluator
+from autometrics.evaluators.llm.client import LLMClient, LLMConfig
+from autometrics.evaluators.report import attach_analyses, write_reports
 from autometrics.evaluators.stats import kendall_tau
-from llm.fake_server import FakeLLMServer  # tests/llm, the package the LLM tests use
+from fake_llm_server import FakeLLMServer  # tests/fake_llm_server.py
 
 CHEAP = ["BLEU", "chrF++", "SARI", "FKGL", "LengthRatio", "OutputLength", "InputSimilarity", "LevenshteinRatio", "ROUGE", "CIDEr"]
 TEXTS = [
@@ -248,8 +248,7 @@ def test_scaling_curve_on_simpeval(datasets_dir):
 
 
 def test_scaling_llm_arms_with_fake_server(tmp_path, monkeypatch):
-    from autometrics.evaluators.judges.options import LLMOptions
-    from autometrics.evaluators.judges.options import GeneratorCounts
+    from autometrics.evaluators.judges.options import GeneratorCounts, LLMOptions
 
     monkeypatch.setenv("LITELLM_LOCAL_MODEL_COST_MAP", "True")
     rng = np.random.default_rng(0)

@@ -18,8 +18,7 @@ def fitted_store(tmp_path_factory):
     unlabelled traces scored online; shared read-only by several tests (copy the file to mutate it)."""
     from autometrics.collectors.store import TraceStore
     from autometrics.evaluators.continuous.monitor import Monitor, MonitorConfig
-
-    from .helpers import simpeval, write_traces
+    from monitor_data import simpeval, write_traces
 
     d = tmp_path_factory.mktemp("fitted")
     url = f"sqlite:///{d / 'traces.db'}"

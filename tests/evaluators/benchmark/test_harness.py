@@ -13,6 +13,7 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
+from autometrics.evaluators.analysis.reward import RewardInputError
 from autometrics.evaluators.benchmark.baselines import (
     AutoMetricsBaseline,
     BestMetricBaseline,
@@ -26,9 +27,8 @@ from autometrics.evaluators.benchmark.baselines import (
 from autometrics.evaluators.benchmark.harness import comparison_markdown, run_benchmark, sample_rows, t_interval
 from autometrics.evaluators.data import load_dataset
 from autometrics.evaluators.fit import fit_evaluator
-from autometrics.evaluators.analysis.reward import RewardInputError
 from autometrics.evaluators.stats import kendall_tau
-from llm.fake_server import FakeLLMServer  # tests/llm, the package the LLM tests use
+from fake_llm_server import FakeLLMServer  # tests/fake_llm_server.py
 
 FAST_METRICS = ["SARI", "FKGL", "LengthRatio", "BLEU", "InputSimilarity", "chrF++", "TER"]
 

@@ -10,8 +10,7 @@ import sys
 import time
 
 import sqlalchemy as sa
-
-from .helpers import add_feedback, simpeval, write_traces
+from monitor_data import add_feedback, simpeval, write_traces
 
 
 def _lock_holder(url, q, hold):

@@ -92,8 +92,8 @@ def test_langfuse_off_and_missing_keys(capture, sqlite_url, monkeypatch):
 
 def test_collector_forwards_otlp_and_feedback_to_langfuse(langfuse_server, tmp_path):
     from autometrics.collectors.server import CollectorServer
-
-    from .test_collector import _otlp_request, _post
+    from otlp_client import otlp_request as _otlp_request
+    from otlp_client import post as _post
 
     srv = CollectorServer(f"sqlite:///{tmp_path / 'c.db'}", port=0, api_keys=["k"], langfuse="auto").start()
     try:

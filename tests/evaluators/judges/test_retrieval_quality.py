@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[1] / "tests" / "benchmarks" / "retrieval_quality.py"
+SCRIPT = Path(__file__).resolve().parents[3] / "tests" / "benchmarks" / "retrieval_quality.py"
 
 
 @pytest.fixture(scope="module")

@@ -13,8 +13,7 @@ import zlib
 
 import numpy as np
 import pytest
-
-from .helpers import add_feedback, simpeval, write_traces
+from monitor_data import add_feedback, simpeval, write_traces
 
 
 def _copy(url, tmp_path):

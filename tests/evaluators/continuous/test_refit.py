@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
-
-from .helpers import simpeval, write_traces
+from monitor_data import simpeval, write_traces
 
 
 def test_newest_holdout_is_newest_and_grouped():
