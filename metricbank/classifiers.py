@@ -1,6 +1,6 @@
-"""Trained-evaluator metrics built on classifiers and boolean-QA models: Toxicity, Sentiment,
-FactCC, BLEURT, UniEval (summarisation, dialogue, factual consistency), SummaQA, LENS and
-LENS-SALSA.
+"""Trained-evaluator metrics built on sequence classifiers and boolean-QA models: Toxicity,
+Sentiment, FactCC, BLEURT, UniEval (summarisation, dialogue, factual consistency).  SummaQA:
+:mod:`.summaqa`; LENS and LENS-SALSA: :mod:`.lens`.
 
 Each loads a Hugging Face folder offline (``model=`` or ``$AUTOMETRICS_MODELS_DIR``) except
 LENS/LENS-SALSA, which go through the ``lens-metric`` package with a local checkpoint.
@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
 import re
-from collections import Counter
 from pathlib import Path
 from typing import ClassVar
 
@@ -27,7 +25,6 @@ from ._models import (
     load_hf,
     load_tokenizer,
     measured,
-    search_locations,
 )
 from .base import MetricUnavailable
 from .registry import register
@@ -40,16 +37,9 @@ __all__ = [
     "UniEvalSum",
     "UniEvalDialogue",
     "UniEvalFact",
-    "SummaQA",
-    "LENS",
-    "LENS_SALSA",
     "label_index",
 ]
 
-_LENS_GPU = (
-    "our estimate from the parameter count and default batch size (the published gpu_mem is 0 MB: "
-    "that measurement ran the model on CPU)"
-)
 
 
 def label_index(config, wanted: tuple[str, ...], fallback: int | None = None) -> int:
@@ -364,243 +354,3 @@ class UniEvalFact(_UniEval):
 
     def _compute(self, outputs, inputs, references):
         return self._score_dims(("consistency",), outputs, inputs, [""] * len(outputs))["consistency"]
-
-
-# ------------------------------------------------------------------------------ SummaQA
-_CAP_ENTITY = re.compile(r"\b(?:[A-Z][\w'-]*(?:\s+(?:of|the|de|van|von)?\s*[A-Z][\w'-]*)*|\d[\d,.]*)\b")
-
-
-def _softmax(x: np.ndarray) -> np.ndarray:
-    e = np.exp(x - x.max())
-    return e / e.sum()
-
-
-def capitalized_entities(sentence: str) -> list[str]:
-    """A dependency-free stand-in for NER: runs of capitalised words and numbers, skipping a
-    single capitalised word at the start of the sentence."""
-    ents = []
-    for m in _CAP_ENTITY.finditer(sentence):
-        if m.start() == len(sentence) - len(sentence.lstrip()) and " " not in m.group(0) and not m.group(0)[0].isdigit():
-            continue
-        ents.append(m.group(0))
-    return ents
-
-
-def token_f1(pred: str, gold: str) -> float:
-    """SQuAD token F1 (lowercased, punctuation and articles removed)."""
-
-    def norm(s):
-        s = re.sub(r"[^\w\s]", " ", s.lower())
-        return [w for w in s.split() if w not in {"a", "an", "the"}]
-
-    p, g = norm(pred), norm(gold)
-    common = sum((Counter(p) & Counter(g)).values())
-    if not p or not g or not common:
-        return float(p == g)
-    prec, rec = common / len(p), common / len(g)
-    return 2 * prec * rec / (prec + rec)
-
-
-@register
-class SummaQA(ModelMetric):
-    """SummaQA (Scialom et al., 2019): named entities of the source are masked to make cloze
-    questions; a SQuAD QA model answers them from the output.  ``prob``: mean confidence of
-    the answers; ``f1``: mean token F1 with the masked entities."""
-
-    name = "SummaQA"
-    needs_input = True
-    submetrics = ("f1", "prob")
-    description = "SummaQA: answer source-derived cloze questions (masked entities) from the output with a BERT QA model; F1 and confidence."
-    default_model = "bert-large-uncased-whole-word-masking-finetuned-squad"
-    resources = Resources("335M", 1.3, 3.0, True, measured("reference_free/SummaQA.py", gpu_mb=1283.38))
-    default_batch_size = 16
-    MASK: ClassVar[str] = "[MASK]"
-    MAX_ANSWER_TOKENS: ClassVar[int] = 30
-    signature_keys = {"model": "model", "ner": "ner"}
-
-    def __init__(self, *, model: str | None = None, ner: str = "spacy", spacy_model: str = "en_core_web_sm", **kw):
-        if ner not in ("spacy", "capitalized"):
-            raise ValueError("ner must be 'spacy' (the paper's NER) or 'capitalized' (offline heuristic)")
-        super().__init__(model=model, ner=ner, **kw)
-        self.spacy_model = spacy_model
-
-    def check_available(self) -> None:
-        super().check_available()
-        if self.params["ner"] == "spacy":
-            for mod, how in (("spacy", "`pip install spacy`"), (self.spacy_model, f"`python -m spacy download {self.spacy_model}` (or its wheel from the spaCy models release page)")):
-                if importlib.util.find_spec(mod) is None:
-                    raise MetricUnavailable(
-                        f"{self.name}: entity masking needs {mod}, not installed; run {how}, or use ner='capitalized' (a heuristic, not the paper's NER)"
-                    )
-
-    def _load(self, path: Path, device: str):
-        ner = None
-        if self.params["ner"] == "spacy":
-            import spacy
-
-            ner = spacy.load(self.spacy_model, disable=["parser", "lemmatizer"])
-        return load_tokenizer(path), load_hf("AutoModelForQuestionAnswering", path, device), ner
-
-    def questions(self, source: str, ner) -> list[tuple[str, str]]:
-        qs = []
-        for sent in _text.split_sentences(source):
-            ents = [e.text for e in ner(sent).ents] if ner is not None else capitalized_entities(sent)
-            for ent in ents:
-                qs.append((self._window(sent.replace(ent, self.MASK, 1)), ent))
-        return qs
-
-    #: words kept on each side of the mask, so that a run-on source "sentence" cannot fill
-    #: the QA model's window (which would leave no room for the output)
-    QUESTION_CONTEXT_WORDS: ClassVar[int] = 40
-
-    def _window(self, question: str) -> str:
-        words = question.split()
-        if len(words) <= 2 * self.QUESTION_CONTEXT_WORDS + 1:
-            return question
-        at = next((k for k, w in enumerate(words) if self.MASK in w), 0)
-        lo = max(0, at - self.QUESTION_CONTEXT_WORDS)
-        return " ".join(words[lo : at + self.QUESTION_CONTEXT_WORDS + 1])
-
-    def answer(self, questions: list[str], contexts: list[str]) -> tuple[list[str], np.ndarray]:
-        tok, model, _ = self.model()
-        answers, probs = [], []
-        for _, idx in batched(list(range(len(questions))), self.batch_size):
-            enc = tok(
-                [questions[i] for i in idx],
-                [contexts[i] for i in idx],
-                truncation="only_second",
-                max_length=384,
-                padding=True,
-                return_tensors="pt",
-            )
-            seq_ids = [enc.sequence_ids(k) for k in range(len(idx))]
-            enc_t = {k: v.to(model.device) for k, v in enc.items()}
-            with inference_mode():
-                out = model(**enc_t)
-            start, end = out.start_logits.float().cpu().numpy(), out.end_logits.float().cpu().numpy()
-            for k in range(len(idx)):
-                ctx = np.array([s == 1 for s in seq_ids[k]])
-                if not ctx.any():
-                    answers.append("")
-                    probs.append(0.0)
-                    continue
-                pos = np.flatnonzero(ctx)
-                ps, pe = _softmax(start[k][pos]), _softmax(end[k][pos])
-                n = len(pos)
-                band = np.triu(np.ones((n, n), dtype=bool)) & ~np.triu(np.ones((n, n), dtype=bool), k=self.MAX_ANSWER_TOKENS)
-                joint = np.where(band, ps[:, None] * pe[None, :], -1.0)
-                i, j = divmod(int(joint.argmax()), n)
-                answers.append(tok.decode(enc["input_ids"][k][pos[i] : pos[j] + 1], skip_special_tokens=True).strip())
-                probs.append(float(joint[i, j]))
-        return answers, np.array(probs)
-
-    def _compute(self, outputs, inputs, references):
-        _, _, ner = self.model()
-        qs_by_source: dict[str, list[tuple[str, str]]] = {}
-        rows = []
-        for o, s in zip(outputs, inputs, strict=True):
-            if s not in qs_by_source:
-                qs_by_source[s] = self.questions(s, ner)
-            rows.append([(q, a, o) for q, a in qs_by_source[s]])
-        flat = [x for r in rows for x in r]
-        answers, probs = self.answer([q for q, _, _ in flat], [o if o.strip() else "." for _, _, o in flat])
-        res = {"f1": np.zeros(len(outputs)), "prob": np.zeros(len(outputs))}
-        k = 0
-        for i, r in enumerate(rows):
-            if r:  # no entity in the source: no question, score 0
-                f1 = [token_f1(answers[k + j], r[j][1]) for j in range(len(r))]
-                res["f1"][i] = float(np.mean(f1))
-                res["prob"][i] = float(np.mean(probs[k : k + len(r)]))
-            k += len(r)
-        return res
-
-
-# ------------------------------------------------------------------------------ LENS
-class _LensBase(ModelMetric):
-    """LENS models are COMET-style checkpoints scored through the ``lens-metric`` package."""
-
-    requires = ("torch", "lens")
-    default_batch_size = 16
-
-    def model_path(self) -> Path:
-        for loc in search_locations(self.model_name):
-            if loc.name == "snapshots" and loc.is_dir():
-                cands = sorted(loc.glob("*/checkpoints/*.ckpt"))
-            elif loc.is_file() and loc.suffix == ".ckpt":
-                cands = [loc]
-            elif loc.is_dir():
-                cands = sorted(loc.glob("checkpoints/*.ckpt")) or sorted(loc.glob("*.ckpt"))
-            else:
-                cands = []
-            if cands:
-                return cands[-1]
-        from ._models import locate_model
-
-        return locate_model(self.name, self.model_name, file="checkpoints/model.ckpt", how=(
-            f"on a machine with Hugging Face access run `huggingface-cli download {self.model_name} --local-dir X` "
-            f"and copy X (with its checkpoints/*.ckpt) to ${'AUTOMETRICS_MODELS_DIR'}/{self.model_name}; LENS also loads "
-            "its roberta-large encoder by name, which must be in the local Hugging Face cache"
-        ))
-
-    def _devices(self, device: str):
-        if device.startswith("cuda"):
-            return [int(device.split(":")[1]) if ":" in device else 0]
-        return None
-
-
-@register
-class LENS(_LensBase):
-    """LENS (Maddela et al., 2023): a learned simplification metric (RoBERTa-large, trained on
-    human ratings) scoring (complex input, simplified output, references); rescaled 0-100."""
-
-    name = "LENS"
-    needs_input = True
-    needs_reference = True
-    description = "LENS: learned text-simplification metric on (input, output, references), rescaled to about 0-100."
-    default_model = "davidheineman/lens"
-    resources = Resources("355M", 3.0, 3.3, False, measured("reference_based/LENS.py", cpu_mb=3330.29, rest=_LENS_GPU))
-
-    def __init__(self, *, model: str | None = None, rescale: bool = True, **kw):
-        super().__init__(model=model, rescale=bool(rescale), **kw)
-
-    def _load(self, path: Path, device: str):
-        os.environ.setdefault("HF_HUB_OFFLINE", "1")
-        import lens
-
-        return lens.LENS(str(path), rescale=self.params["rescale"])
-
-    def _compute(self, outputs, inputs, references):
-        from ._models import pick_device
-
-        scorer = self.model()
-        scores = scorer.score(inputs, outputs, references, batch_size=self.batch_size, devices=self._devices(pick_device(self.device)))
-        return np.asarray(scores, dtype=float)
-
-
-@register
-class LENS_SALSA(_LensBase):
-    """LENS-SALSA (Heineman et al., 2023): reference-free simplification quality from a model
-    trained on SALSA edit annotations; scores (complex input, simplified output)."""
-
-    name = "LENS_SALSA"
-    needs_input = True
-    description = "LENS-SALSA: reference-free learned simplification quality of (input, output), about 0-100."
-    default_model = "davidheineman/lens-salsa"
-    resources = Resources("355M", 3.0, 2.8, False, measured("reference_free/LENS_SALSA.py", cpu_mb=2909.67, rest=_LENS_GPU))
-
-    def __init__(self, *, model: str | None = None, **kw):
-        super().__init__(model=model, **kw)
-
-    def _load(self, path: Path, device: str):
-        os.environ.setdefault("HF_HUB_OFFLINE", "1")
-        import lens
-
-        return lens.LENS_SALSA(str(path))
-
-    def _compute(self, outputs, inputs, references):
-        from ._models import pick_device
-
-        scorer = self.model()
-        res = scorer.score(inputs, outputs, batch_size=self.batch_size, devices=self._devices(pick_device(self.device)))
-        scores = res[0] if isinstance(res, tuple) else res  # (scores, word-level edit tags)
-        return np.asarray(scores, dtype=float)

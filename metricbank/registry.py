@@ -41,6 +41,8 @@ _REGISTRY: dict[str, type[Metric]] = {}
 _METRIC_MODULES = (
     "lexical",
     "ngram",
+    "ter",
+    "cider",
     "rouge",
     "meteor",
     "simplification",
@@ -53,6 +55,8 @@ _METRIC_MODULES = (
     "lm",
     "distribution",
     "classifiers",
+    "summaqa",
+    "lens",
     "fasttext_metrics",
 )
 _loaded = False

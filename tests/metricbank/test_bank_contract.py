@@ -85,3 +85,40 @@ def test_batch_equals_one_by_one(name):
         single = m.score_all([OUTPUTS[i]], inputs=[INPUTS[i]], references=[REFS[i]])
         for k in batch:
             np.testing.assert_allclose(single[k], batch[k][i : i + 1], rtol=1e-9, atol=1e-9)
+
+
+def _card_answer(card: str, question: str) -> bool | None:
+    """The card's yes/no answer under ``### <question>`` (its first word), None when the card
+    answers in words that are neither (e.g. "learns the sign")."""
+    m = re.search(rf"^###\s*{re.escape(question)}\s*\n+\s*(\S+)", card, flags=re.M | re.I)
+    if m is None:
+        return None
+    word = m.group(1).strip("*.,:;()").lower()
+    return {"yes": True, "no": False}.get(word)
+
+
+@pytest.mark.parametrize("name", list_metrics())
+def test_card_facts_agree_with_the_metric(name):
+    """A card's stated direction and needs are the metric's own attributes (a card that says
+    "higher is better" for a distance would mislead every reader of the report)."""
+    card = load_card(name)
+    cls = metric_class(name)
+    facts = {"Higher is Better?": ("higher_is_better", cls.higher_is_better),
+             "Reference-Based?": ("needs_reference", cls.needs_reference),
+             "Input-Required?": ("needs_input", cls.needs_input)}
+    checked = 0
+    for question, (attr, value) in facts.items():
+        said = _card_answer(card, question)
+        if said is None:
+            continue
+        checked += 1
+        assert said == bool(value), f"{name}'s card answers {question!r} with {said}, but {cls.__name__}.{attr} is {value}"
+    assert checked >= 2, f"{name}'s card states fewer than two of direction / references / input as yes or no"
+
+
+def test_card_answer_parser_reads_yes_no_and_refuses_prose():
+    card = "### Higher is Better?\nNo (a distance).\n\n### Reference-Based?\n**Yes**, one or more.\n\n### Input-Required?\nlearns it\n"
+    assert _card_answer(card, "Higher is Better?") is False
+    assert _card_answer(card, "Reference-Based?") is True
+    assert _card_answer(card, "Input-Required?") is None
+    assert _card_answer(card, "Missing?") is None

@@ -309,7 +309,7 @@ def test_unieval_is_yes_over_yes_plus_no(standin):
 
 
 def test_summaqa_masks_entities_and_answers_from_the_output(standin):
-    from autometrics.metricbank.classifiers import capitalized_entities, token_f1
+    from autometrics.metricbank.summaqa import capitalized_entities, token_f1
 
     assert capitalized_entities("The talks in Paris with Angela Merkel lasted 3 hours.") == ["Paris", "Angela Merkel", "3"]
     assert token_f1("the Angela Merkel", "Angela Merkel") == 1.0

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from autometrics.metricbank import get_metric, load_card, missing_card_sections
 from autometrics.metricbank import ngram as ng
+from autometrics.metricbank import ter
 from autometrics.metricbank._text import tokenize, words
 from nltk.translate.gleu_score import sentence_gleu
 from nltk.translate.nist_score import sentence_nist
@@ -124,7 +125,7 @@ def test_ter_matches_sacrebleu():
 
 
 def test_ter_without_numba_uses_sacrebleu(monkeypatch):
-    monkeypatch.setattr(ng, "_KERNEL", [None])
+    monkeypatch.setattr(ter, "_KERNEL", [None])
     ref = SacreTER()
     _close(
         get_metric("TER").score(OUTS, references=REFS),
@@ -133,7 +134,7 @@ def test_ter_without_numba_uses_sacrebleu(monkeypatch):
 
 
 def test_ter_kernel_equals_sacrebleu_search_on_random_sequences():
-    kernel = ng._ter_kernel()
+    kernel = ter._ter_kernel()
     if kernel is None:
         pytest.skip("numba is not installed")
     rng = random.Random(7)
@@ -147,7 +148,7 @@ def test_ter_kernel_equals_sacrebleu_search_on_random_sequences():
         codes: dict[str, int] = {}
         hc = np.array([codes.setdefault(w, len(codes)) for w in h], dtype=np.int64)
         rc = np.array([codes.setdefault(w, len(codes)) for w in r], dtype=np.int64)
-        got = kernel(hc, rc, ng._TER_MAX_SHIFT_SIZE, ng._TER_MAX_SHIFT_DIST, ng._TER_BEAM_WIDTH, ng._TER_MAX_CANDIDATES)
+        got = kernel(hc, rc, ter._TER_MAX_SHIFT_SIZE, ter._TER_MAX_SHIFT_DIST, ter._TER_BEAM_WIDTH, ter._TER_MAX_CANDIDATES)
         assert got == translation_edit_rate(h, r)[0], (h, r)
 
 
