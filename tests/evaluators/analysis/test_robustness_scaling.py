@@ -9,16 +9,8 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
-from autometrics.evaluators.analysis.robustness import (
-    PERTURBATIONS,
-    PerturbationCache,
-    Perturber,
-    as_scorer,
-    run_robustness,
-    sensitivity,
-    split_sentences,
-    stability,
-)
+from autometrics.evaluators.analysis.perturb import PERTURBATIONS, PerturbationCache, Perturber, split_sentences
+from autometrics.evaluators.analysis.robustness import as_scorer, run_robustness, sensitivity, stability
 from autometrics.evaluators.analysis.scaling import bootstrap_taus, run_scaling, scaling_sizes
 from autometrics.evaluators.fit import Evaluator, fit_evaluator
 from autometrics.evaluators.llm.client import LLMClient, LLMConfig
