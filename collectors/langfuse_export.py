@@ -157,10 +157,9 @@ class LangfuseForwarder:
 
     def __init__(self, *, counters=None, errors=None, public_key: str | None = None, secret_key: str | None = None,
                  base_url: str | None = None, timeout: float = 10.0):
+        from autometrics.collectors.exporter import BatchWriter, Counters
         from langfuse import Langfuse
         from opentelemetry.sdk.trace import TracerProvider
-
-        from autometrics.collectors.exporter import BatchWriter, Counters
 
         public_key = public_key or os.environ.get("LANGFUSE_PUBLIC_KEY")
         secret_key = secret_key or os.environ.get("LANGFUSE_SECRET_KEY")

@@ -6,7 +6,6 @@ against ``pycocoevalcap``.  IDF comes from the references of the scored batch, a
 
 from __future__ import annotations
 
-import logging
 import math
 from collections import Counter
 from collections.abc import Callable
@@ -21,7 +20,6 @@ from .registry import register
 
 __all__ = ["CIDEr"]
 
-log = logging.getLogger(__name__)
 
 # --------------------------------------------------------------------------- CIDEr-D
 class _TfIdf:

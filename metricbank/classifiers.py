@@ -2,8 +2,7 @@
 Sentiment, FactCC, BLEURT, UniEval (summarisation, dialogue, factual consistency).  SummaQA:
 :mod:`.summaqa`; LENS and LENS-SALSA: :mod:`.lens`.
 
-Each loads a Hugging Face folder offline (``model=`` or ``$AUTOMETRICS_MODELS_DIR``) except
-LENS/LENS-SALSA, which go through the ``lens-metric`` package with a local checkpoint.
+Each loads a Hugging Face folder offline (``model=`` or ``$AUTOMETRICS_MODELS_DIR``).
 """
 
 from __future__ import annotations
@@ -39,7 +38,6 @@ __all__ = [
     "UniEvalFact",
     "label_index",
 ]
-
 
 
 def label_index(config, wanted: tuple[str, ...], fallback: int | None = None) -> int:

@@ -16,7 +16,6 @@ computed once per distinct reference (set) per batch.
 from __future__ import annotations
 
 import itertools
-import logging
 import math
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -30,7 +29,6 @@ from .registry import register
 
 __all__ = ["BLEU", "NIST", "GLEU", "iBLEU", "ChrFPlusPlus"]
 
-log = logging.getLogger(__name__)
 
 _SACREBLEU_HINT = "sacrebleu is not installed; run `pip install 'sacrebleu>=2.4'`"
 

@@ -1,6 +1,7 @@
 """SummaQA (Scialom et al., 2019): question answering over the source's entities, answered from the
 summary (F1 and confidence).  Loads a Hugging Face QA folder offline (``model=`` or
-``$AUTOMETRICS_MODELS_DIR``); entities by spaCy's NER when installed, capitalised spans otherwise.
+``$AUTOMETRICS_MODELS_DIR``); entities by spaCy's NER (``ner="spacy"``, the default, as in the
+paper) or by an offline heuristic of capitalised spans (``ner="capitalized"``).
 """
 
 from __future__ import annotations

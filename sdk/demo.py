@@ -54,7 +54,7 @@ def choose_llm(no_llm: bool) -> tuple[object, str]:
     """(llm options or None, note): the LLM path only when importable and a model is installed
     (the 0.5B model when present: the demo shows the loop, not the best judge)."""
     if no_llm:
-        return None, "LLM-free fit (--no-llm): MetricBank metrics + PLS"
+        return None, "LLM-free fit (--no-llm): MetricBank metrics + NNLS"
     from autometrics.evaluators.continuous.refit import llm_pipeline_status
 
     ok, why = llm_pipeline_status("embedded")

@@ -98,6 +98,13 @@ class TraceStore(EvaluationStore):
         if migrate:
             self.migrate()
 
+    def sqlite_path(self) -> Path | None:
+        """The database file of a SQLite store (None for Postgres or an in-memory database)."""
+        db = sa.engine.make_url(self.url).database
+        if self.dialect == "sqlite" and db and db != ":memory:":
+            return Path(db).expanduser().resolve()
+        return None
+
     def __repr__(self) -> str:  # never shows a password
         return f"TraceStore({sa.engine.make_url(self.url).render_as_string(hide_password=True)!r})"
 

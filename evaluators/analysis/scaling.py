@@ -54,7 +54,7 @@ PLATEAU_TAU = 0.05
 ARM_BANK = "bank"
 ARM_GENERATED = "generated"
 ARM_BOTH = "generated+bank"
-ARM_TITLES = {ARM_BANK: "MetricBank + PLS (no LLM)", ARM_GENERATED: "generated judges only (LLM)",
+ARM_TITLES = {ARM_BANK: "MetricBank + NNLS (no LLM)", ARM_GENERATED: "generated judges only (LLM)",
               ARM_BOTH: "generated judges + MetricBank (LLM)"}
 
 

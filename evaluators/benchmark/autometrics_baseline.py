@@ -49,7 +49,7 @@ class AutoMetricsBaseline(Baseline):
     def title(self) -> str:
         if self.llm:
             return f"AutoMetrics (LLM judges: {self.llm})"
-        return "AutoMetrics (no LLM: MetricBank + PLS)"
+        return "AutoMetrics (no LLM: MetricBank + NNLS)"
 
     def fit(self, train, y, *, context=None):
         y = self._check_fit_args(train, y)

@@ -26,7 +26,7 @@ method could not score that row (an LLM reply that could not be read is NaN, nev
   weights, the judge scores each aspect, and the score is the weighted sum.  Simplification:
   aspects and weights are proposed once per task, not once per instance as in the paper.
 - :class:`AutoMetricsBaseline` — this package's method: :func:`.fit.fit_evaluator` (MetricBank
-  + PLS, no LLM) or :func:`~autometrics.evaluators.fit.fit_evaluator` with an LLM when one is given.
+  + NNLS, no LLM) or :func:`~autometrics.evaluators.fit.fit_evaluator` with an LLM when one is given.
 
 Metric-based methods share a :class:`MetricFeatures` cache so a benchmark scores the bank
 once and reuses the scores for every split.  The cache scores whatever rows it is first asked

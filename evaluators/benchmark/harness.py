@@ -325,7 +325,7 @@ def run_benchmark(
             continue
         run_keys.append(key)
     if "autometrics" in run_keys and not llm:
-        notes.append("AutoMetrics ran LLM-free (fit_evaluator: MetricBank + PLS); pass --llm for generated judges.")
+        notes.append("AutoMetrics ran LLM-free (fit_evaluator: MetricBank + NNLS); pass --llm for generated judges.")
 
     shared: dict = {}
     needs_features = any(k in ("best_metric", "metametrics") or (k == "autometrics" and not llm) for k in run_keys)

@@ -55,7 +55,7 @@ def _worker_id() -> str:
 
 @dataclass
 class MonitorConfig:
-    """What to fit and how.  ``llm_config=None`` = LLM-free fit (MetricBank + PLS)."""
+    """What to fit and how.  ``llm_config=None`` = LLM-free fit (MetricBank + NNLS)."""
 
     target: str
     project: str = "default"

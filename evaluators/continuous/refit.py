@@ -5,7 +5,7 @@ Why a separate module: the worker (``autometrics.evaluators.continuous.monitor``
 locking and storage; this module owns the statistics, so they can be tested on plain frames.
 
 - :func:`fit_for_refit` is the single place a refit fits.  Today it runs the LLM-free AutoMetrics
-  pipeline (MetricBank + PLS).  When the LLM pipeline is importable
+  pipeline (MetricBank + NNLS).  When the LLM pipeline is importable
   (``autometrics.evaluators.judges.pipeline``) *and* an LLM config is given, it is
   used instead, so the refit job never changes when that pipeline lands.
 - :func:`newest_holdout` splits by time, grouped by input: champion and challenger are judged on

@@ -30,7 +30,7 @@ def _common(p: argparse.ArgumentParser, *, target_required: bool = True) -> None
 
 def _fit_opts(p: argparse.ArgumentParser) -> None:
     p.add_argument("--task", default=None, help="task description (default: $AUTOMETRICS_TASK)")
-    p.add_argument("--no-llm", action="store_true", help="LLM-free fit (MetricBank + PLS) even when an LLM is available")
+    p.add_argument("--no-llm", action="store_true", help="LLM-free fit (MetricBank + NNLS) even when an LLM is available")
     p.add_argument("--min-feedback", type=int, default=30, help="no fit below this many labelled traces (default 30)")
     p.add_argument("--holdout", type=float, default=0.3, help="fraction of the newest feedback held out for champion/challenger")
     p.add_argument("--n-boot", type=int, default=1000, help="bootstrap resamples (CIs and the paired comparison)")
@@ -128,7 +128,7 @@ def add_commands(subparsers) -> None:
     d.add_argument("--port", type=int, default=8765)
 
     m = subparsers.add_parser("demo", help="the whole loop on built-in data: traces, feedback, refits, online scoring, dashboard")
-    m.add_argument("--no-llm", action="store_true", help="LLM-free fit (MetricBank + PLS)")
+    m.add_argument("--no-llm", action="store_true", help="LLM-free fit (MetricBank + NNLS)")
     m.add_argument("--out", default="autometrics-demo", help="folder for the demo's trace store and dashboard")
     m.add_argument("--seed", type=int, default=0)
     m.add_argument("--n-boot", type=int, default=500)

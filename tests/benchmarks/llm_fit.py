@@ -31,10 +31,10 @@ DATASETS = ROOT.parent / "shared" / "datasets"
 
 def main(argv=None) -> int:
     import pandas as pd
-    from autometrics.evaluators.llm import local as local_llm
     from autometrics.evaluators.fit import fit_evaluator
-    from autometrics.evaluators.judges.options import LLMOptions
     from autometrics.evaluators.judges.generate import PAPER_COUNTS, QUICK_COUNTS, GeneratorCounts
+    from autometrics.evaluators.judges.options import LLMOptions
+    from autometrics.evaluators.llm import local as local_llm
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--data", default="evalgen_product")

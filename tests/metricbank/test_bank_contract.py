@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import sys
 
 import numpy as np
 import pytest
@@ -15,6 +16,7 @@ from autometrics.metricbank import (
     metric_class,
     missing_card_sections,
 )
+from autometrics.metricbank.registry import card_path
 
 CPU_BANK = [
     "JaccardDistance", "HammingDistance", "LevenshteinDistance", "LevenshteinRatio", "Jaro", "JaroWinkler",
@@ -87,38 +89,107 @@ def test_batch_equals_one_by_one(name):
             np.testing.assert_allclose(single[k], batch[k][i : i + 1], rtol=1e-9, atol=1e-9)
 
 
-def _card_answer(card: str, question: str) -> bool | None:
-    """The card's yes/no answer under ``### <question>`` (its first word), None when the card
-    answers in words that are neither (e.g. "learns the sign")."""
-    m = re.search(rf"^###\s*{re.escape(question)}\s*\n+\s*(\S+)", card, flags=re.M | re.I)
-    if m is None:
+#: The facts every Metric Card states under a ``### <question>`` heading, and the metric class
+#: attribute each must agree with.
+CARD_FACTS = {
+    "Higher is better?": "higher_is_better",
+    "Reference-based?": "needs_reference",
+    "Input-required?": "needs_input",
+}
+_ATTR_STATED = re.compile(r"`(\w+)\s*=\s*(True|False)`")
+
+
+def _card_section(card: str, question: str) -> str | None:
+    """The text under ``### <question>`` (case-insensitive) up to the next heading, or None."""
+    m = re.search(rf"^###\s*{re.escape(question)}\s*$(.*?)(?=^#|\Z)", card, flags=re.M | re.S | re.I)
+    return m.group(1).strip() if m else None
+
+
+def card_answer(card: str, question: str) -> bool | None:
+    """The card's yes/no answer to ``question``: the first word of its section ("Yes." / "No (a
+    distance)" / "**Yes**, ..."), or, for cards that answer "Registered as `higher_is_better =
+    True` only to orient the feature ...", the attribute value stated in the first sentence.
+    None when the heading is missing or the answer is neither."""
+    text = _card_section(card, question)
+    if not text:
         return None
-    word = m.group(1).strip("*.,:;()").lower()
-    return {"yes": True, "no": False}.get(word)
+    first = text.split(maxsplit=1)[0].strip("*_.,:;()").lower()
+    if first in ("yes", "no"):
+        return first == "yes"
+    m = _ATTR_STATED.search(re.split(r"(?<=\.)\s", text, maxsplit=1)[0])
+    return None if m is None else m.group(2) == "True"
+
+
+def card_fact_problems(name: str) -> list[str]:
+    """Every disagreement between ``name``'s card and its metric, one readable line each."""
+    card, cls = load_card(name), metric_class(name)
+    where = f"card {card_path(cls.name).name} ({name})"
+    expected = {
+        "higher_is_better": get_metric(name).feature_higher_is_better(),  # one per sub-score
+        "needs_reference": [cls.needs_reference],
+        "needs_input": [cls.needs_input],
+    }
+    problems = []
+    for question, attr in CARD_FACTS.items():
+        said = card_answer(card, question)
+        if said is None:
+            problems.append(f"{where}: field {question!r} is missing or not answered yes/no")
+            continue
+        if any(v != said for v in expected[attr]):
+            subs = ""
+            if attr == "higher_is_better" and len(expected[attr]) > 1:  # sub-scores of mixed direction
+                names = get_metric(name).feature_names()
+                subs = f" for sub-scores {[f for f, v in zip(names, expected[attr], strict=True) if v != said]}"
+            answer = "Yes" if said else "No"
+            problems.append(f"{where}: field {question!r} says {answer}, but {cls.__name__}.{attr} is {not said}{subs}")
+        # an attribute value the card quotes (e.g. "registered with `higher_is_better = False`") must be the real one
+        for quoted, value in _ATTR_STATED.findall(_card_section(card, question) or ""):
+            if hasattr(cls, quoted) and isinstance(getattr(cls, quoted), bool) and getattr(cls, quoted) != (value == "True"):
+                problems.append(f"{where}: field {question!r} quotes `{quoted} = {value}`, but {cls.__name__}.{quoted} is {getattr(cls, quoted)}")
+    return problems
 
 
 @pytest.mark.parametrize("name", list_metrics())
 def test_card_facts_agree_with_the_metric(name):
     """A card's stated direction and needs are the metric's own attributes (a card that says
     "higher is better" for a distance would mislead every reader of the report)."""
-    card = load_card(name)
-    cls = metric_class(name)
-    facts = {"Higher is Better?": ("higher_is_better", cls.higher_is_better),
-             "Reference-Based?": ("needs_reference", cls.needs_reference),
-             "Input-Required?": ("needs_input", cls.needs_input)}
-    checked = 0
-    for question, (attr, value) in facts.items():
-        said = _card_answer(card, question)
-        if said is None:
-            continue
-        checked += 1
-        assert said == bool(value), f"{name}'s card answers {question!r} with {said}, but {cls.__name__}.{attr} is {value}"
-    assert checked >= 2, f"{name}'s card states fewer than two of direction / references / input as yes or no"
+    problems = card_fact_problems(name)
+    assert not problems, "\n".join(problems)
 
 
-def test_card_answer_parser_reads_yes_no_and_refuses_prose():
-    card = "### Higher is Better?\nNo (a distance).\n\n### Reference-Based?\n**Yes**, one or more.\n\n### Input-Required?\nlearns it\n"
-    assert _card_answer(card, "Higher is Better?") is False
-    assert _card_answer(card, "Reference-Based?") is True
-    assert _card_answer(card, "Input-Required?") is None
-    assert _card_answer(card, "Missing?") is None
+def test_card_answer_parser():
+    card = (
+        "### Higher is better?\nNo (a distance).\n\n### Reference-Based?\n**Yes**, one or more.\n\n"
+        "### Input-required?\nlearns it\n\n### Range\nYes.\n"
+    )
+    assert card_answer(card, "Higher is Better?") is False
+    assert card_answer(card, "Reference-based?") is True
+    assert card_answer(card, "Input-Required?") is None  # prose, not an answer
+    assert card_answer(card, "Missing?") is None
+    assert card_answer("### Input-required?\n\n### Range\nYes.\n", "Input-required?") is None  # empty section
+    registered = "### Higher is better?\nRegistered as `higher_is_better = True` only to orient it. See `x = False`.\n"
+    assert card_answer(registered, "Higher is better?") is True
+    assert card_answer(registered.replace("True", "False", 1), "Higher is better?") is False
+
+
+def test_card_fact_check_names_the_card_and_the_field(monkeypatch):
+    import autometrics.metricbank.registry as registry
+
+    real = registry.load_card
+    wrong_way = real("BLEU").replace("### Higher is Better?\nYes.", "### Higher is Better?\nNo (an error rate).")
+    assert wrong_way != real("BLEU")
+    monkeypatch.setattr(sys.modules[__name__], "load_card", lambda name: wrong_way if name == "BLEU" else real(name))
+    (problem,) = card_fact_problems("BLEU")
+    assert "BLEU.md" in problem and "'Higher is better?'" in problem and "higher_is_better" in problem
+    no_input = real("iBLEU").replace("### Input-Required?\nYes", "### Input-Required?\nNo")
+    monkeypatch.setattr(sys.modules[__name__], "load_card", lambda name: no_input)
+    (problem,) = card_fact_problems("iBLEU")
+    assert "iBLEU.md" in problem and "needs_input" in problem
+
+
+def test_card_direction_is_checked_per_sub_score(monkeypatch):
+    rouge = metric_class("ROUGE")
+    sub = rouge.submetrics[1]
+    monkeypatch.setattr(rouge, "submetric_higher_is_better", {sub: False})
+    (problem,) = card_fact_problems("ROUGE")
+    assert "ROUGE.md" in problem and "'Higher is better?'" in problem and f"ROUGE.{sub}" in problem

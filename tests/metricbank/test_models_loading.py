@@ -173,6 +173,8 @@ def test_default_metrics_skip_unavailable(monkeypatch, tmp_path):
 
 
 def test_fit_scoring_notes_unavailable_metrics_instead_of_crashing(monkeypatch, tmp_path):
+    pytest.importorskip('torch', reason='needs the `models` extra (torch)')
+    pytest.importorskip('transformers', reason='needs the `models` extra (transformers)')
     from autometrics.evaluators.fit import score_metrics
 
     monkeypatch.setenv(MODELS_DIR_ENV, str(tmp_path))
@@ -188,6 +190,8 @@ def test_fit_scoring_notes_unavailable_metrics_instead_of_crashing(monkeypatch, 
 
 
 def test_bank_list_shows_why_a_metric_cannot_run(capsys, monkeypatch, tmp_path):
+    pytest.importorskip('torch', reason='needs the `models` extra (torch)')
+    pytest.importorskip('transformers', reason='needs the `models` extra (transformers)')
     from autometrics._cli.main import main
 
     monkeypatch.setenv(MODELS_DIR_ENV, str(tmp_path))

@@ -387,6 +387,7 @@ def fake_lens(monkeypatch):
 
 
 def test_lens_loading_path(fake_lens, tmp_path):
+    pytest.importorskip('torch', reason='needs the `models` extra (torch)')
     ckpt = tmp_path / "lens" / "checkpoints" / "epoch=5-step=6102.ckpt"
     ckpt.parent.mkdir(parents=True)
     ckpt.write_bytes(b"x")

@@ -8,9 +8,8 @@ import random
 
 import numpy as np
 import pytest
-from autometrics.metricbank import get_metric, load_card, missing_card_sections
+from autometrics.metricbank import get_metric, load_card, missing_card_sections, ter
 from autometrics.metricbank import ngram as ng
-from autometrics.metricbank import ter
 from autometrics.metricbank._text import tokenize, words
 from nltk.translate.gleu_score import sentence_gleu
 from nltk.translate.nist_score import sentence_nist

@@ -85,6 +85,8 @@ def test_harness_no_llm_methods_on_simpeval_subset(datasets_dir, tmp_path):
 
 
 def test_harness_finetuned_minilm_head(datasets_dir):
+    pytest.importorskip('torch', reason='needs the `models` extra (torch)')
+    pytest.importorskip('transformers', reason='needs the `models` extra (transformers)')
     from autometrics.evaluators.benchmark.baselines import FinetunedBaseline
 
     path = datasets_dir / "simpeval.csv"
@@ -271,6 +273,7 @@ def simpeval_evaluator(datasets_dir):
 
 
 def test_evaluator_as_dspy_metric_gepa_style(simpeval_evaluator):
+    pytest.importorskip('dspy', reason='needs the `llm` extra (dspy)')
     import dspy
 
     ev, lab = simpeval_evaluator
@@ -312,6 +315,7 @@ def test_evaluator_as_dspy_metric_gepa_style(simpeval_evaluator):
 def test_dspy_metric_drives_a_real_gepa_run(simpeval_evaluator):
     """dspy.GEPA end to end with a DummyLM student and a recording instruction proposer: our
     scores drive the search and our feedback reaches GEPA's reflective dataset."""
+    pytest.importorskip('dspy', reason='needs the `llm` extra (dspy)')
     import dspy
     from dspy.utils.dummies import DummyLM
 
@@ -341,6 +345,7 @@ def test_dspy_metric_drives_a_real_gepa_run(simpeval_evaluator):
 
 
 def test_dspy_metric_missing_fields_give_clear_errors(simpeval_evaluator):
+    pytest.importorskip('dspy', reason='needs the `llm` extra (dspy)')
     import dspy
 
     ev, lab = simpeval_evaluator
@@ -358,6 +363,7 @@ def test_dspy_metric_missing_fields_give_clear_errors(simpeval_evaluator):
 
 
 def test_dspy_metric_feedback_carries_llm_judge_rationales(tmp_path, monkeypatch):
+    pytest.importorskip('dspy', reason='needs the `llm` extra (dspy)')
     import dspy
     from autometrics.evaluators.judges.metric import JudgeSpec, LLMJudgeMetric, unbind_clients
     from autometrics.evaluators.llm.client import LLMConfig
@@ -383,6 +389,7 @@ def test_dspy_metric_feedback_carries_llm_judge_rationales(tmp_path, monkeypatch
 def test_reward_watch_flags_a_reward_climb_into_extrapolation(simpeval_evaluator):
     """RewardWatch: outputs like the training data give no alert; an 'optimizer' that learns to
     pad outputs (a metric far outside its training range, rising reward or not) is flagged."""
+    pytest.importorskip('dspy', reason='needs the `llm` extra (dspy)')
     import dspy
     from autometrics.evaluators.analysis.reward import RewardWatch
 

@@ -138,6 +138,8 @@ def test_judge_prompts_share_the_case_prefix():
 def test_prompt_optimized_judge_runs_dspy_miprov2(fake, env):
     """The prompt-optimized judge: DSPy MIPROv2 (instruction proposals + labelled demos) on a
     small budget; the result is frozen into a JudgeSpec and scored like the other judges."""
+    pytest.importorskip('dspy', reason='needs the `llm` extra (dspy)')
+    pytest.importorskip('optuna', reason='DSPy MIPROv2 needs optuna (the `llm` extra)')
     counts = GeneratorCounts(n_single=1, n_rubric=0, n_example=0, n_optimized=1, optimized_trials=2,
                              optimized_candidates=2, optimized_rows=10)
     with fake(judge=_judge) as srv:

@@ -26,6 +26,7 @@ def test_bm25_finds_task_relevant_cards():
 
 
 def test_generated_documents_compete_and_fallback_order():
+    pytest.importorskip('bm25s', reason='lexical retrieval needs bm25s (the `llm` extra)')
     docs = [Document("A", "bleu n-gram overlap translation"), Document("llm.single.fluency", "fluency of the summary", True)]
     r = retrieve("summarise news; fluency", "score", docs, k=1, dense=False)
     assert r.names == ["llm.single.fluency"]
