@@ -145,7 +145,7 @@ svg text{font-size:11px;fill:#56606b}
 
 
 def _svg_scatter(result: FitResult, width: int = 520, height: int = 380) -> str:
-    """Predicted vs human scatter (test points solid, train points faint) as inline SVG."""
+    """Score vs label scatter (test points solid, train points faint) as inline SVG."""
     tr, te = result.train, result.test
     xs = np.concatenate([tr["label"].to_numpy(), te["label"].to_numpy()])
     ys = np.concatenate([tr["score"].to_numpy(), te["score"].to_numpy()])
@@ -163,7 +163,7 @@ def _svg_scatter(result: FitResult, width: int = 520, height: int = 380) -> str:
     def sy(v):
         return height - mb - (v - lo) / (hi - lo) * (height - mt - mb)
 
-    parts = [f'<svg role="img" aria-label="predicted versus human scores" width="{width}" height="{height}" viewBox="0 0 {width} {height}" xmlns="http://www.w3.org/2000/svg">']
+    parts = [f'<svg role="img" aria-label="evaluator scores versus human labels" width="{width}" height="{height}" viewBox="0 0 {width} {height}" xmlns="http://www.w3.org/2000/svg">']
     parts.append(f'<rect x="{ml}" y="{mt}" width="{width - ml - mr}" height="{height - mt - mb}" fill="#fff" stroke="#c9ced4"/>')
     for t in np.linspace(lo + pad, hi - pad, 5):
         parts.append(f'<line x1="{sx(t):.1f}" y1="{height - mb}" x2="{sx(t):.1f}" y2="{height - mb + 4}" stroke="#888"/>')
@@ -175,8 +175,8 @@ def _svg_scatter(result: FitResult, width: int = 520, height: int = 380) -> str:
         parts.append(f'<circle cx="{sx(x):.1f}" cy="{sy(y):.1f}" r="2.6" fill="#9aa5b1" fill-opacity="0.45"/>')
     for x, y in zip(te["label"], te["score"], strict=False):
         parts.append(f'<circle cx="{sx(x):.1f}" cy="{sy(y):.1f}" r="3.2" fill="#3b7dd8" fill-opacity="0.8"/>')
-    parts.append(f'<text x="{(ml + width - mr) / 2:.0f}" y="{height - 8}" text-anchor="middle">human score</text>')
-    parts.append(f'<text x="14" y="{(mt + height - mb) / 2:.0f}" text-anchor="middle" transform="rotate(-90 14 {(mt + height - mb) / 2:.0f})">predicted score</text>')
+    parts.append(f'<text x="{(ml + width - mr) / 2:.0f}" y="{height - 8}" text-anchor="middle">human label</text>')
+    parts.append(f'<text x="14" y="{(mt + height - mb) / 2:.0f}" text-anchor="middle" transform="rotate(-90 14 {(mt + height - mb) / 2:.0f})">evaluator score</text>')
     parts.append(f'<circle cx="{ml + 12}" cy="{mt + 12}" r="3.2" fill="#3b7dd8"/><text x="{ml + 20}" y="{mt + 16}">test</text>')
     parts.append(f'<circle cx="{ml + 56}" cy="{mt + 12}" r="2.6" fill="#9aa5b1"/><text x="{ml + 64}" y="{mt + 16}">train</text>')
     parts.append("</svg>")
@@ -246,7 +246,7 @@ def render_html(result: FitResult) -> str:
             f"<td>{e(_stands_for(f))}</td></tr>"
         )
     out.append("</table>")
-    out.append("<h2>Predicted vs human (test points solid, train points faint)</h2>")
+    out.append("<h2>Evaluator score vs human label (test points solid, train points faint)</h2>")
     out.append(_svg_scatter(result))
 
     out.append(f"<h2>All candidate metrics ({st['n_candidates']}, {st['n_usable_candidates']} usable)</h2><details><summary>Show the table</summary>")
