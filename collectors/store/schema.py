@@ -202,5 +202,18 @@ def _migration_4(conn: sa.Connection) -> None:
         conn.execute(sa.text(f"ALTER TABLE {table} ADD COLUMN push_error TEXT"))
 
 
-MIGRATIONS: list[tuple[int, callable]] = [(1, _migration_1), (2, _migration_2), (3, _migration_3), (4, _migration_4)]
+def _migration_5(conn: sa.Connection) -> None:
+    """v5: the refit worker's APScheduler job table (the columns APScheduler 3's
+    ``SQLAlchemyJobStore`` expects).  Created here, under the migration lock, because two workers
+    starting at once on one Postgres otherwise both run APScheduler's ``CREATE TABLE`` and one of
+    them fails on the race (measured in CI)."""
+    blob = "BYTEA" if conn.dialect.name == "postgresql" else "BLOB"
+    conn.execute(sa.text(
+        "CREATE TABLE IF NOT EXISTS apscheduler_jobs (id VARCHAR(191) NOT NULL PRIMARY KEY, "
+        f"next_run_time DOUBLE PRECISION, job_state {blob} NOT NULL)"))
+    conn.execute(sa.text("CREATE INDEX IF NOT EXISTS ix_apscheduler_jobs_next_run_time ON apscheduler_jobs (next_run_time)"))
+
+
+MIGRATIONS: list[tuple[int, callable]] = [(1, _migration_1), (2, _migration_2), (3, _migration_3), (4, _migration_4),
+                                          (5, _migration_5)]
 SCHEMA_VERSION = MIGRATIONS[-1][0]
