@@ -183,9 +183,33 @@ def _svg_scatter(result: FitResult, width: int = 520, height: int = 380) -> str:
     return "".join(parts)
 
 
-def render_html(result: FitResult) -> str:
-    import markdown
+_SAFE_SCHEMES = ("http://", "https://", "#", "mailto:")
 
+
+def safe_markdown(text: str, extensions=("tables", "fenced_code")) -> str:
+    """Markdown to HTML for text that users, data or an LLM wrote (task, label names, generated
+    criteria, rubrics, rationales, cards): raw HTML in the source is shown as text, never parsed
+    (Python-Markdown passes it through by default), and a link or image keeps its ``href``/``src``
+    only for http(s), mailto and in-page targets, so a ``javascript:`` URL cannot run either."""
+    import markdown
+    from markdown.treeprocessors import Treeprocessor
+
+    class _Links(Treeprocessor):
+        def run(self, root):
+            for el in root.iter():
+                for attr in ("href", "src"):
+                    v = el.get(attr)
+                    if v is not None and not v.strip().lower().startswith(_SAFE_SCHEMES):
+                        del el.attrib[attr]
+
+    md = markdown.Markdown(extensions=list(extensions))
+    md.preprocessors.deregister("html_block")
+    md.inlinePatterns.deregister("html")
+    md.treeprocessors.register(_Links(md), "safe_links", 0)
+    return md.convert(text)
+
+
+def render_html(result: FitResult) -> str:
     e = html.escape
     ev = result.evaluator
     a = ev.artifact
@@ -266,11 +290,11 @@ def render_html(result: FitResult) -> str:
             + "</ul></details>"
         )
     if a.get("llm"):
-        out.append(markdown.markdown("\n".join(llm_markdown(a, level=2)), extensions=["tables", "fenced_code"]))
+        out.append(safe_markdown("\n".join(llm_markdown(a, level=2))))
     out += analysis_html(a)
     out.append("<h2>Metric Cards of the selected metrics</h2>")
     for name in dict.fromkeys(f["metric"]["name"] for f in a["features"]):
-        body = markdown.markdown(_card_for(a, name), extensions=["tables", "fenced_code"])
+        body = safe_markdown(_card_for(a, name))
         out.append(f"<details class='card'><summary>{e(name)}</summary>{body}</details>")
     out.append("</main></body></html>")
     return "\n".join(out)
@@ -360,17 +384,15 @@ def analysis_markdown(a: dict, level: int = 2) -> list[str]:
 
 def analysis_html(a: dict) -> list[str]:
     """HTML of the same sections; the scaling curve is an inline SVG (no script, no external file)."""
-    import markdown
     from autometrics.evaluators.analysis import robustness, scaling
 
     out = []
     if a.get("scaling"):
         out.append("<h2 id='scaling'>Data scaling: how many more labels are worth collecting?</h2>")
         out.append(scaling.svg_plot(a["scaling"]))
-        out.append(markdown.markdown("\n".join(scaling.markdown_section(a["scaling"], title=False)), extensions=["tables"]))
+        out.append(safe_markdown("\n".join(scaling.markdown_section(a["scaling"], title=False)), extensions=["tables"]))
     if a.get("robustness"):
-        out.append("<div id='robustness'>" + markdown.markdown("\n".join(robustness.markdown_section(a["robustness"], html_safe=True)),
-                                                               extensions=["tables"]) + "</div>")
+        out.append("<div id='robustness'>" + safe_markdown("\n".join(robustness.markdown_section(a["robustness"])), extensions=["tables"]) + "</div>")
     return out
 
 

@@ -439,9 +439,9 @@ def _excerpts(a: str, b: str, before: int = 6, k: int = 200) -> tuple[str, str]:
     return lead + _short(" ".join(wa[start:]), k), lead + _short(" ".join(wb[start:]), k)
 
 
-def markdown_section(d: dict, level: int = 2, *, html_safe: bool = False) -> list[str]:
+def markdown_section(d: dict, level: int = 2) -> list[str]:
     """The report's Robustness section from :meth:`RobustnessResult.to_dict` (empty if None).
-    ``html_safe``: escape the example texts (they are data) for a Markdown-to-HTML conversion."""
+    The HTML report renders it with ``report.safe_markdown`` (raw HTML in example texts stays text)."""
     if not d:
         return []
     h = "#" * level
@@ -474,10 +474,6 @@ def markdown_section(d: dict, level: int = 2, *, html_safe: bool = False) -> lis
         lines += ["", "Examples (first produced perturbation of each kind):", ""]
         for e in d["examples"]:
             o, p = _excerpts(e["original"], e["perturbed"])
-            if html_safe:
-                import html
-
-                o, p = html.escape(o), html.escape(p)
             lines.append(f"- `{e['kind']}`: “{o}” → “{p}”")
     for n in d.get("notes") or []:
         lines.append(f"- note: {n}")
