@@ -33,7 +33,7 @@ from autometrics.evaluators.judges.metric import (
     unbind_clients,
 )
 from autometrics.evaluators.judges.options import LLMOptions
-from autometrics.evaluators.llm.client import LLMCache, LLMClient, LLMConfig, Usage, estimate_tokens
+from autometrics.evaluators.llm.client import LLMCache, LLMClient, LLMConfig, LLMUnreachable, Usage, estimate_tokens
 from autometrics.evaluators.stats import kendall_tau
 
 __all__ = ["fit_with_judges", "estimate_plan"]
@@ -113,6 +113,8 @@ def fit_with_judges(
         return estimate_plan(n_lab, len(train_pos), avg, opts, bank_used=bank_used)
 
     gen, judge = _clients(opts)
+    for client in dict.fromkeys((gen, judge)):
+        client.check_reachable()  # a down endpoint: a clear error now, not minutes of retries
     bind_client(judge)
     notes: list[str] = []
     try:
@@ -157,6 +159,10 @@ def fit_with_judges(
             prefetch_row_major(scored_judges, outputs, inputs)
             prefix_cache = _prefix_cache_report(before, _scoring_counters(judge))
         X, meta, score_notes = score_metrics(candidates, outputs, inputs if lab.has_input else None, lab.references, progress=progress)
+        for client in dict.fromkeys((gen, judge)):
+            if client.unreachable:  # went away mid-run: no evaluator from all-missing judges
+                raise LLMUnreachable(f"the LLM endpoint went away during the fit ({client.unreachable}); nothing was "
+                                     "written. Restart the server and run the fit again (cached replies are reused)")
         if not any(meta[c]["generated"] for c in X.columns):
             notes.append("no generated judge could be scored")
 

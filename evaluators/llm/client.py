@@ -33,6 +33,7 @@ __all__ = [
     "LLMResponse",
     "LLMClient",
     "LLMCache",
+    "LLMUnreachable",
     "Usage",
     "default_cache_path",
     "estimate_tokens",
@@ -143,6 +144,31 @@ class _Fatal(Exception):
     pass
 
 
+class _Unreachable(Exception):
+    """Nothing listens at the endpoint (connection refused, unknown host): not worth a retry."""
+
+
+class LLMUnreachable(ConnectionError):
+    """The LLM endpoint cannot be reached at all: raised by :meth:`LLMClient.check_reachable`
+    (a fit checks before its first call) and by a fit whose endpoint went away mid-run."""
+
+
+def _unreachable_cause(exc: BaseException) -> str | None:
+    """'connection refused' / 'unknown host' when that is the root cause of a transport error."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, ConnectionRefusedError):
+            return "connection refused"
+        text = str(exc).lower()
+        if "connection refused" in text or "errno 111" in text:
+            return "connection refused"
+        if "name or service not known" in text or "nodename nor servname" in text or "getaddrinfo failed" in text:
+            return "unknown host"
+        exc = exc.__cause__ or exc.__context__
+    return None
+
+
 def _parse_top_logprobs(choice: dict) -> list[dict[str, float]] | None:
     lp = choice.get("logprobs")
     if not isinstance(lp, dict):
@@ -181,6 +207,9 @@ class LLMClient:
         self._http = None
         self._http_lock = threading.Lock()
         self._no_structured = False  # set when the endpoint refused response_format
+        # set on the first "nothing listens there" error: later calls fail at once, without a
+        # network round trip or a retry (a fit then stops with this reason instead of hanging)
+        self.unreachable: str | None = None
 
     # ------------------------------------------------------------------ public
     def chat(
@@ -252,6 +281,25 @@ class LLMClient:
             if bar is not None:
                 bar.close()
 
+    def check_reachable(self, timeout: float = 10.0) -> None:
+        """Raise :class:`LLMUnreachable` when nothing answers at an OpenAI-compatible endpoint
+        (connection refused, unknown host, no answer within ``timeout``).  Any HTTP answer, even an
+        error status, counts as reachable.  Endpoints called through LiteLLM are not probed."""
+        if not self.config.uses_openai_http():
+            return
+        import httpx
+
+        base = self.config.resolved_api_base()
+        try:
+            self._client().get(f"{base}/models", timeout=timeout)
+        except httpx.TimeoutException:
+            self.unreachable = f"no answer from {base} within {timeout:g} s"
+        except httpx.TransportError as exc:
+            self.unreachable = f"{_unreachable_cause(exc) or type(exc).__name__} at {base}"
+        if self.unreachable:
+            raise LLMUnreachable(f"cannot reach the LLM endpoint: {self.unreachable}. Start the server, or point --llm at "
+                                 "one that runs (e.g. `local` for the embedded model, or openai/MODEL@http://host:port/v1)")
+
     def close(self) -> None:
         if self._http is not None:
             self._http.close()
@@ -259,9 +307,14 @@ class LLMClient:
 
     # ---------------------------------------------------------------- internals
     def _call_with_retries(self, messages, params, stage) -> LLMResponse:
+        """Retry only what can pass on a second try (429, 5xx, timeouts, dropped connections,
+        malformed bodies), with backoff, and never past ``config.deadline`` seconds in all."""
         delay = self.config.backoff
         last = "no attempt"
+        give_up_at = time.monotonic() + self.config.deadline
         for attempt in range(self.config.max_retries + 1):
+            if self.unreachable:
+                return LLMResponse(error=f"endpoint unreachable: {self.unreachable}")
             self.usage.add(stage, calls=1)
             try:
                 if self.config.uses_openai_http():
@@ -269,14 +322,19 @@ class LLMClient:
                 return self._call_litellm(messages, params)
             except _Fatal as exc:
                 return LLMResponse(error=str(exc))
+            except _Unreachable as exc:
+                self.unreachable = str(exc)
+                return LLMResponse(error=f"endpoint unreachable: {exc}")
             except _Retryable as exc:
                 last = str(exc)
                 if attempt >= self.config.max_retries:
                     break
+                wait = min(60.0, exc.retry_after if exc.retry_after is not None else delay * (1 + 0.25 * random.random()))
+                if time.monotonic() + wait >= give_up_at:
+                    return LLMResponse(error=f"gave up after {attempt + 1} attempts ({self.config.deadline:g} s deadline): {last}")
                 self.usage.add(stage, retries=1)
-                wait = exc.retry_after if exc.retry_after is not None else delay * (1 + 0.25 * random.random())
                 log.info("retrying after %s (attempt %d, wait %.2fs)", exc, attempt + 1, wait)
-                time.sleep(min(wait, 60.0))
+                time.sleep(wait)
                 delay *= 2
         return LLMResponse(error=f"gave up after {self.config.max_retries + 1} attempts: {last}")
 
@@ -323,6 +381,11 @@ class LLMClient:
             r = self._client().post(f"{base}/chat/completions", json=body, headers=headers)
         except httpx.TimeoutException as exc:
             raise _Retryable(f"timeout ({type(exc).__name__})") from None
+        except httpx.ConnectError as exc:
+            why = _unreachable_cause(exc)
+            if why:
+                raise _Unreachable(f"{why} at {base}") from None
+            raise _Retryable(f"connection error ({type(exc).__name__}: {exc})") from None
         except httpx.TransportError as exc:
             raise _Retryable(f"connection error ({type(exc).__name__}: {exc})") from None
         if r.status_code == 429 or r.status_code >= 500:

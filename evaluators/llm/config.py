@@ -51,6 +51,7 @@ class LLMConfig:
     concurrency: int = 2
     max_retries: int = 4
     backoff: float = 1.0  # first retry delay in seconds, doubled each time (with jitter)
+    deadline: float = 300.0  # one request, its retries included, never takes longer than this (s)
     structured: str = "auto"  # auto | json_schema | json_object | none
     logprobs: str = "auto"  # auto | on | off
 
@@ -90,8 +91,17 @@ class LLMConfig:
         return None
 
     def api_key(self) -> str | None:
-        """Read at call time from the environment; never stored on the object."""
-        env = self.api_key_env or _KEY_ENV_BY_PROVIDER.get(self.provider)
+        """Read at call time from the environment; never stored on the object.
+
+        An endpoint given by URL (``model@http://host/v1``) gets its key from ``api_key_env`` or
+        ``AUTOMETRICS_LLM_API_KEY`` only: the provider's own key (e.g. ``OPENAI_API_KEY``) is
+        never sent to a host that is not the provider's."""
+        if self.api_key_env:
+            env = self.api_key_env
+        elif self.api_base:
+            env = "AUTOMETRICS_LLM_API_KEY"
+        else:
+            env = _KEY_ENV_BY_PROVIDER.get(self.provider)
         return os.environ.get(env) if env else None
 
     def cache_identity(self) -> str:

@@ -201,6 +201,7 @@ class LocalLLMServer:
                 raise LocalLLMUnavailable(f"llama_cpp.server exited at start-up:\n{tail}")
             try:
                 if httpx.get(f"{self.api_base}/models", timeout=2).status_code == 200:
+                    self._smoke_test(httpx)
                     log.info("local LLM %s ready on %s", self.size, self.api_base)
                     return self
             except httpx.HTTPError:
@@ -208,6 +209,27 @@ class LocalLLMServer:
             time.sleep(0.5)
         self.stop()
         raise LocalLLMUnavailable(f"llama_cpp.server did not become healthy within {self.start_timeout:.0f} s")
+
+    def _smoke_test(self, httpx) -> None:
+        """One 1-token completion: the server answers /models before the model has run once, and a
+        llama.cpp build whose CPU kernels this processor cannot execute dies only then (measured: a
+        ``-march=native`` build segfaults on an AMX / AVX-512 virtual machine)."""
+        try:
+            httpx.post(f"{self.api_base}/chat/completions", timeout=self.start_timeout,
+                       json={"messages": [{"role": "user", "content": "Say OK."}], "max_tokens": 1, "temperature": 0})
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.2)
+        code = self.proc.poll() if self.proc is not None else None
+        if code is not None:
+            tail = Path(self._log.name).read_text(errors="replace")[-1200:]
+            self.proc = None
+            raise LocalLLMUnavailable(
+                f"llama_cpp.server crashed on its first completion (exit code {code}"
+                + (", a segmentation fault" if code == -11 else "") + "). The llama-cpp-python build probably uses CPU "
+                "instructions this machine cannot run; rebuild it portably: CMAKE_ARGS=\"-DGGML_NATIVE=OFF -DGGML_AVX2=ON "
+                "-DGGML_FMA=ON -DGGML_F16C=ON\" pip install --no-cache-dir --force-reinstall --no-deps llama-cpp-python "
+                f"(.ci/llama_wheel.sh does this once and keeps the wheel). Server log tail:\n{tail}")
 
     _PROMPT_EVAL = re.compile(r"prompt eval time\s*=\s*[0-9.]+\s*ms\s*/\s*(\d+)\s*tokens")
 

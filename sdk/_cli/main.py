@@ -422,12 +422,14 @@ def main(argv: list[str] | None = None) -> int:
     from autometrics._cli.benchmark import cmd_benchmark
     from autometrics._cli.continuous import HANDLERS
     from autometrics.evaluators.data import DataError
+    from autometrics.evaluators.llm.client import LLMUnreachable
+    from autometrics.evaluators.llm.local import LocalLLMUnavailable
 
     handler = {"fit": _cmd_fit, "score": _cmd_score, "bank": _cmd_bank, "collector": _cmd_collector, "llm": _cmd_llm, **HANDLERS,
                "benchmark": cmd_benchmark}[args.command]
     try:
         return handler(args)
-    except (DataError, FileNotFoundError, KeyError, ValueError) as exc:
+    except (DataError, FileNotFoundError, KeyError, ValueError, LLMUnreachable, LocalLLMUnavailable) as exc:
         msg = exc.args[0] if isinstance(exc, KeyError) and exc.args else str(exc)
         print(f"error: {msg}", file=sys.stderr)
         return 2

@@ -121,3 +121,72 @@ def test_read_score_logprobs_json_digit():
     assert math.isnan(read_score(LLMResponse(error="boom"))[0])
     # logprobs mass mostly off-scale -> falls back to the text
     assert read_score(LLMResponse(text="3", top_logprobs=[{"The": -0.01, "3": -6}]))[0] == 3
+
+
+def _closed_port() -> int:
+    import socket
+
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()  # nothing listens there now: connections are refused
+    return port
+
+
+def test_refused_connection_fails_fast_and_is_not_retried(tmp_path):
+    import time
+
+    from autometrics.evaluators.llm.client import LLMUnreachable
+
+    client = LLMClient(LLMConfig.parse(f"openai/x@http://127.0.0.1:{_closed_port()}/v1", backoff=1.0, max_retries=8), cache=False)
+    t0 = time.monotonic()
+    with pytest.raises(LLMUnreachable, match="connection refused"):
+        client.check_reachable()
+    rs = [client.chat(MSG, stage="t", max_tokens=5) for _ in range(20)]
+    assert time.monotonic() - t0 < 5  # 8 retries with backoff 1 s would take minutes
+    assert all(not r.ok and "unreachable" in r.error for r in rs)
+    assert client.usage.to_dict()["t"]["calls"] == 0  # later calls never touch the network
+
+
+def test_refused_mid_run_marks_the_client_unreachable():
+    client = LLMClient(LLMConfig.parse(f"openai/x@http://127.0.0.1:{_closed_port()}/v1", max_retries=8), cache=False)
+    r = client.chat(MSG, stage="t", max_tokens=5)
+    assert not r.ok and "connection refused" in r.error and client.unreachable
+    u = client.usage.to_dict()["t"]
+    assert u["calls"] == 1 and u["retries"] == 0
+
+
+def test_retries_stop_at_the_deadline(fake, client_for):
+    import time
+
+    with fake(default="500") as srv:
+        client = client_for(srv, max_retries=50, backoff=0.4, deadline=1.5)
+        t0 = time.monotonic()
+        r = client.chat(MSG, stage="t", max_tokens=5)
+        assert not r.ok and "deadline" in r.error
+        assert time.monotonic() - t0 < 3
+
+
+def test_fit_with_endpoint_down_exits_2_quickly_and_writes_nothing(tmp_path, capsys):
+    import time
+
+    from autometrics._cli.main import main
+
+    out = tmp_path / "out"
+    t0 = time.monotonic()
+    code = main(["fit", "demo:simpeval", "--target", "score", "--llm", f"openai/x@http://127.0.0.1:{_closed_port()}/v1",
+                 "--quick", "--out", str(out)])
+    err = capsys.readouterr().err
+    assert code == 2 and time.monotonic() - t0 < 30
+    assert "error: cannot reach the LLM endpoint" in err and "connection refused" in err and "Traceback" not in err
+    assert not out.exists() or not any(out.rglob("*.json"))
+
+
+def test_a_custom_endpoint_never_gets_the_providers_key(monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-openai-secret")
+    monkeypatch.delenv("AUTOMETRICS_LLM_API_KEY", raising=False)
+    assert LLMConfig.parse("openai/x@http://other-host:8000/v1").api_key() is None
+    assert LLMConfig.parse("openai/gpt-4o-mini").api_key() == "sk-openai-secret"
+    monkeypatch.setenv("AUTOMETRICS_LLM_API_KEY", "k-for-that-host")
+    assert LLMConfig.parse("openai/x@http://other-host:8000/v1").api_key() == "k-for-that-host"
+    assert LLMConfig.parse("openai/x@http://h/v1", api_key_env="MY_KEY").api_key() is None
