@@ -121,10 +121,22 @@ class Evaluator:
         index = values.index if isinstance(values, pd.DataFrame) else None
         return pd.DataFrame(cols, index=index)
 
-    def predict(self, values) -> np.ndarray:
-        """The evaluator's score from raw metric values (see :meth:`contributions`)."""
+    def predict(self, values, *, clip: bool = True) -> np.ndarray:
+        """The evaluator's score from raw metric values (see :meth:`contributions`), kept within
+        the training labels' range (a prediction of 13 on a 1-5 scale means nothing more than 5;
+        ``clip=False`` gives the raw linear value)."""
         contrib = self.contributions(values)
-        return float(self.artifact["intercept"]) + contrib.to_numpy(dtype=float).sum(axis=1)
+        raw = float(self.artifact["intercept"]) + contrib.to_numpy(dtype=float).sum(axis=1)
+        lo, hi = self.label_range
+        return np.clip(raw, lo, hi) if clip and lo is not None and hi is not None else raw
+
+    @property
+    def label_range(self) -> tuple[float | None, float | None]:
+        """(min, max) of the training labels, as stored in the artifact (None when absent)."""
+        label = self.artifact.get("label") or {}
+        lo, hi = label.get("min"), label.get("max")
+        ok = all(isinstance(v, int | float) and np.isfinite(v) for v in (lo, hi)) and lo <= hi
+        return (float(lo), float(hi)) if ok else (None, None)
 
     def score(self, data, *, progress: bool = False, **columns) -> pd.DataFrame:
         """Score a file or DataFrame laid out like the training data (column names as at fit time

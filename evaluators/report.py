@@ -39,7 +39,9 @@ def _formula(ev) -> str:
     for f in a["features"]:
         sign = "+" if f["weight"] >= 0 else "−"
         parts.append(f"{sign} {abs(f['weight']):.4g} · z({f['feature']})")
-    return f"{a['target']} ≈ " + " ".join(parts)
+    lo, hi = ev.label_range
+    clip = f", kept within the label range [{lo:g}, {hi:g}]" if lo is not None else ""
+    return f"{a['target']} ≈ " + " ".join(parts) + clip
 
 
 def _regression_line(a: dict) -> str:

@@ -68,6 +68,8 @@ def bank_documents(names: list[str] | None = None) -> list[Document]:
 def _bm25_rank(query: str, docs: list[Document]) -> list[int]:
     import bm25s
 
+    logging.getLogger("bm25s").setLevel(logging.NOTSET)  # bm25s sets DEBUG on import: follow the app's level
+
     corpus_tokens = bm25s.tokenize([d.text for d in docs], stopwords="en", show_progress=False)
     index = bm25s.BM25()
     index.index(corpus_tokens, show_progress=False)

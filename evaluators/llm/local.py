@@ -167,6 +167,10 @@ class LocalLLMServer:
         self.start_timeout = start_timeout
         self.proc: subprocess.Popen | None = None
         self._log = None
+        # only for a server started from the main thread (``llm serve``): Linux sends the parent-
+        # death signal when the *thread* that started the child ends, and fits start servers from
+        # worker threads
+        self.die_with_parent = False
 
     @property
     def api_base(self) -> str:
@@ -189,7 +193,8 @@ class LocalLLMServer:
                                       '(it builds llama.cpp from source: about 10 minutes on 2 cores)')
         cmd = self.command()
         self._log = tempfile.NamedTemporaryFile(prefix="autometrics-llama-", suffix=".log", delete=False)
-        self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                     preexec_fn=_die_with_parent if self.die_with_parent and sys.platform.startswith("linux") else None)
         atexit.register(self.stop)
         import httpx
 
@@ -318,16 +323,36 @@ def stop_shared_servers() -> None:
 
 
 def serve_forever(size: str, host: str, port: int | None, n_ctx: int) -> int:
+    """``autometrics llm serve``: runs until SIGINT, SIGTERM or SIGHUP, then stops the
+    llama_cpp.server child and removes its log.  The handlers are installed explicitly because a
+    shell starts a background job with SIGINT ignored, and SIGTERM's default action would end this
+    process without stopping the child."""
+    import signal
+
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, lambda *_: stop.set())
     srv = LocalLLMServer(size, host=host, port=port, n_ctx=n_ctx)
-    srv.start()
-    print(f"local LLM {MODELS[size]['title']} serving the OpenAI-compatible API at {srv.api_base} (Ctrl-C stops it)")
-    print(f"use it with: --llm openai/local@{srv.api_base}", flush=True)
+    srv.die_with_parent = True
     try:
-        while srv.proc is not None and srv.proc.poll() is None:
-            time.sleep(1)
-    except KeyboardInterrupt:
-        pass
+        srv.start()
+        print(f"local LLM {MODELS[size]['title']} serving the OpenAI-compatible API at {srv.api_base} (Ctrl-C stops it)")
+        print(f"use it with: --llm openai/local@{srv.api_base}", flush=True)
+        while not stop.is_set() and srv.proc is not None and srv.proc.poll() is None:
+            stop.wait(1.0)
     finally:
         srv.stop()
     return 0
+
+
+def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
+    """Linux: the server child gets SIGTERM when the thread that started it ends (the process dies,
+    even by kill -9)."""
+    try:
+        import ctypes
+        import signal
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, int(signal.SIGTERM))  # PR_SET_PDEATHSIG
+    except Exception:
+        pass
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from pathlib import Path
 
@@ -411,6 +412,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = _build_parser()
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    if not args.verbose:  # model-loading progress bars of transformers / huggingface_hub only with -v
+        os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     if args.version:
         from autometrics import __version__
 

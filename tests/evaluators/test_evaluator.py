@@ -138,3 +138,16 @@ def test_an_evaluator_written_before_the_regression_option_still_scores_the_same
     new_scores = simpeval_fit.evaluator.score_texts(outs, inputs=ins, references=refs)[SCORE_COLUMN].to_numpy()
     old_scores = Evaluator(old).score_texts(outs, inputs=ins, references=refs)[SCORE_COLUMN].to_numpy()
     np.testing.assert_allclose(old_scores, new_scores)
+
+
+def test_scores_stay_within_the_label_range(simpeval_fit):
+    ev = simpeval_fit.evaluator
+    lo, hi = ev.label_range
+    extreme = ["word " * 400, "", "a", "The cat sat on the mat. " * 50]
+    kw = {"inputs": ["The old cat sat there quietly on the mat."] * 4, "references": [["The cat sat on the mat."]] * 4}
+    s = ev.score_texts(extreme, **kw)[SCORE_COLUMN].to_numpy()
+    assert np.all((s >= lo) & (s <= hi))
+    feats = ev.score_texts(extreme, **kw).drop(columns=[SCORE_COLUMN])
+    raw = ev.predict(feats, clip=False)
+    assert np.any((raw < lo) | (raw > hi))  # these outputs do push the linear formula out of range
+    assert np.allclose(np.clip(raw, lo, hi), s)

@@ -49,3 +49,16 @@ def test_dense_retrieval_offline_minilm():
     pytest.importorskip("sentence_transformers")
     r = retrieve("Simplify a complex English sentence", "simplicity", bank_documents(), k=10)
     assert r.dense and not any("dense" in n for n in r.notes)
+
+
+def test_bm25s_debug_lines_follow_the_apps_log_level(caplog):
+    pytest.importorskip("bm25s", reason="lexical retrieval needs bm25s (the `llm` extra)")
+    import logging
+
+    from autometrics.evaluators.judges.retrieve import bank_documents, retrieve
+
+    with caplog.at_level(logging.WARNING):  # the CLI's level without -v
+        retrieve("Simplify a sentence", "score", bank_documents(["BLEU", "ROUGE", "FKGL", "SARI"]), k=2, dense=False)
+        assert not logging.getLogger("bm25s").isEnabledFor(logging.DEBUG)  # bm25s itself sets DEBUG on import
+    with caplog.at_level(logging.DEBUG):  # -v
+        assert logging.getLogger("bm25s").isEnabledFor(logging.DEBUG)
