@@ -123,12 +123,12 @@ class Evaluator:
 
     def predict(self, values, *, clip: bool = True) -> np.ndarray:
         """The evaluator's score from raw metric values (see :meth:`contributions`), kept within
-        the training labels' range (a prediction of 13 on a 1-5 scale means nothing more than 5;
-        ``clip=False`` gives the raw linear value)."""
+        the training labels' range by :func:`soft_clip` (a prediction of 13 on a 1-5 scale means
+        nothing more than "5"); ``clip=False`` gives the raw linear value."""
         contrib = self.contributions(values)
         raw = float(self.artifact["intercept"]) + contrib.to_numpy(dtype=float).sum(axis=1)
         lo, hi = self.label_range
-        return np.clip(raw, lo, hi) if clip and lo is not None and hi is not None else raw
+        return soft_clip(raw, lo, hi) if clip and lo is not None and hi is not None else raw
 
     @property
     def label_range(self) -> tuple[float | None, float | None]:
@@ -181,6 +181,26 @@ class Evaluator:
 
         return EvaluatorReward(self, input_field=input_field, output_field=output_field, reference_field=reference_field,
                                normalize=normalize, top_k=top_k, rationales=rationales)
+
+
+def soft_clip(x, lo: float, hi: float, margin: float = 0.05) -> np.ndarray:
+    """Keep scores within [lo, hi] without tying them: the identity on the inner part of the range,
+    and within ``margin`` (a share of the range) of each bound a smooth, strictly increasing
+    compression that approaches the bound and never crosses it.  A hard clip would give every
+    out-of-range output the same score, so rankings, Kendall τ and drift statistics would lose
+    them; this map keeps their order (every τ is unchanged) while each score reads on the label's
+    scale.  Continuous with its first derivative at the joins."""
+    x = np.asarray(x, dtype=float)
+    d = margin * (hi - lo)
+    if not d > 0:
+        return np.clip(x, lo, hi)
+    a, b = lo + d, hi - d
+    # hyperbolic tails (not exponential ones): a score far out of range stays distinguishable in
+    # floating point (13 on a 1-5 scale -> 4.9953, 1e6 -> 5 - 4e-8)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        up = hi - d * d / (x - b + d)
+        down = lo + d * d / (a - x + d)
+    return np.where(x > b, up, np.where(x < a, down, x))
 
 
 def load_evaluator(path) -> Evaluator:

@@ -40,7 +40,7 @@ def _formula(ev) -> str:
         sign = "+" if f["weight"] >= 0 else "−"
         parts.append(f"{sign} {abs(f['weight']):.4g} · z({f['feature']})")
     lo, hi = ev.label_range
-    clip = f", kept within the label range [{lo:g}, {hi:g}]" if lo is not None else ""
+    clip = f", kept within the label range [{lo:g}, {hi:g}] (order-preserving near the bounds)" if lo is not None else ""
     return f"{a['target']} ≈ " + " ".join(parts) + clip
 
 

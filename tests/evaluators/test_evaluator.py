@@ -150,4 +150,16 @@ def test_scores_stay_within_the_label_range(simpeval_fit):
     feats = ev.score_texts(extreme, **kw).drop(columns=[SCORE_COLUMN])
     raw = ev.predict(feats, clip=False)
     assert np.any((raw < lo) | (raw > hi))  # these outputs do push the linear formula out of range
-    assert np.allclose(np.clip(raw, lo, hi), s)
+    assert list(np.argsort(raw, kind="stable")) == list(np.argsort(s, kind="stable"))  # order kept
+
+
+def test_soft_clip_is_identity_inside_and_strictly_increasing():
+    from autometrics.evaluators.evaluator import soft_clip
+
+    x = np.linspace(-1e4, 1e4, 200001)
+    y = soft_clip(x, 1.0, 5.0)
+    assert np.all((y >= 1.0) & (y <= 5.0)) and np.all(np.diff(y) > 0)
+    inside = (x > 1.2) & (x < 4.8)
+    assert np.array_equal(y[inside], x[inside])
+    assert 4.99 < soft_clip(np.array([13.09]), 1, 5)[0] < 5 and np.isnan(soft_clip(np.array([np.nan]), 1, 5)[0])
+    assert abs(soft_clip(np.array([4.8 + 1e-9]), 1, 5)[0] - 4.8) < 1e-8  # continuous at the join

@@ -81,7 +81,9 @@ def test_drift_and_validity_alerts(fitted_store, tmp_path):
     assert mon.score_new() == 150
     # late feedback that disagrees with the evaluator (human ratings reversed)
     sc = mon.scores_frame().head(120)
-    add_feedback(mon.store, sc["trace_id"], -sc["score"].to_numpy() + rng.normal(scale=0.1, size=120), t0_ns=4 * 10**18)
+    # (reversed ranks: the scores of outputs far out of the training range sit close together near the
+    # label's bound, so a noise term on the score scale would not reverse their order)
+    add_feedback(mon.store, sc["trace_id"], -sc["score"].rank().to_numpy() + rng.normal(scale=0.1, size=120), t0_ns=4 * 10**18)
     alerts = mon.check_drift()
     kinds = {a["kind"] for a in alerts}
     assert kinds == {"score_drift", "validity_decay"}, alerts
