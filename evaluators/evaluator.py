@@ -28,13 +28,58 @@ from autometrics.evaluators.data import DataError, load_dataset, read_table
 from autometrics.evaluators.scoring import metric_from_artifact_spec, score_metrics
 from autometrics.metricbank import Metric
 
-__all__ = ["Evaluator", "score_metrics", "load_evaluator", "ARTIFACT_FORMAT", "ARTIFACT_VERSION", "SCORE_COLUMN"]
+__all__ = ["Evaluator", "ArtifactError", "check_artifact", "score_metrics", "load_evaluator", "ARTIFACT_FORMAT", "ARTIFACT_VERSION", "SCORE_COLUMN"]
 
 log = logging.getLogger("autometrics")
 
 ARTIFACT_FORMAT = "autometrics.evaluator"
 ARTIFACT_VERSION = 1
 SCORE_COLUMN = "autometrics_score"
+
+
+class ArtifactError(DataError):
+    """An evaluator.json that cannot be used as it is; the message names the file and the field."""
+
+
+def _reject_constant(name: str):
+    raise ValueError(f"{name} is not a number JSON allows")
+
+
+def _finite(v) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool) and np.isfinite(v)
+
+
+def check_artifact(a, where: str = "evaluator") -> None:
+    """Check what scoring reads from an artifact: its format, target, intercept and, per feature,
+    name, weight, mean, scale, imputation value and metric spec.  Raises :class:`ArtifactError`
+    naming ``where`` and the field, e.g. ``features[2].weight``."""
+    def bad(field: str, why: str):
+        raise ArtifactError(f"{where}: {field} {why}; re-run `autometrics fit` or restore the file `autometrics fit` wrote")
+
+    if not isinstance(a, dict):
+        bad("the top level", f"must be a JSON object, not a {type(a).__name__}")
+    if a.get("format") != ARTIFACT_FORMAT:
+        bad("format", f"must be {ARTIFACT_FORMAT!r} (this is not an autometrics evaluator), not {a.get('format')!r}")
+    if not isinstance(a.get("target"), str) or not a["target"]:
+        bad("target", "must be a non-empty string")
+    if not _finite(a.get("intercept")):
+        bad("intercept", f"must be a finite number, not {a.get('intercept')!r}")
+    feats = a.get("features")
+    if not isinstance(feats, list):
+        bad("features", "must be a list")
+    for i, f in enumerate(feats):
+        if not isinstance(f, dict):
+            bad(f"features[{i}]", "must be an object")
+        if not isinstance(f.get("feature"), str):
+            bad(f"features[{i}].feature", "must be the metric's feature name (a string)")
+        for k in ("weight", "mean", "scale", "impute"):
+            if not _finite(f.get(k)):
+                bad(f"features[{i}].{k}", f"must be a finite number, not {f.get(k)!r}")
+        if f["scale"] == 0:
+            bad(f"features[{i}].scale", "must not be 0")
+        spec = f.get("metric")
+        if not isinstance(spec, dict) or not isinstance(spec.get("name"), str) or not isinstance(spec.get("signature"), str):
+            bad(f"features[{i}].metric", "must be an object with the metric's name and signature")
 
 
 class Evaluator:
@@ -51,17 +96,34 @@ class Evaluator:
                 f"({ARTIFACT_VERSION}); upgrade autometrics-sdk"
             )
         self.artifact = artifact
+        self.source = "evaluator"  # the file it was loaded from, for error messages
 
     # ------------------------------------------------------------------ io
     @classmethod
     def load(cls, path) -> Evaluator:
+        """Read and check an ``evaluator.json``; every problem is an :class:`ArtifactError` that
+        names the file and the field (nothing is scored with a tampered or truncated artifact)."""
         path = Path(path)
         if path.is_dir():
             path = path / "evaluator.json"
         try:
-            return cls(json.loads(path.read_text(encoding="utf-8")))
+            text = path.read_text(encoding="utf-8")
         except FileNotFoundError as exc:
             raise FileNotFoundError(f"no evaluator at {path}; pass the evaluator.json written by `autometrics fit`") from exc
+        except IsADirectoryError:
+            raise ArtifactError(f"{path}: is a folder without an evaluator.json; pass the file `autometrics fit` wrote") from None
+        except (UnicodeDecodeError, OSError) as exc:
+            raise ArtifactError(f"{path}: cannot be read as UTF-8 text ({type(exc).__name__}); "
+                                "pass the evaluator.json that `autometrics fit` wrote") from None
+        try:
+            artifact = json.loads(text, parse_constant=_reject_constant)
+        except ValueError as exc:
+            raise ArtifactError(f"{path}: not valid JSON ({exc}); the file is truncated or was edited by hand — "
+                                "re-run `autometrics fit` or restore it") from None
+        check_artifact(artifact, str(path))
+        ev = cls(artifact)
+        ev.source = str(path)
+        return ev
 
     def save(self, path) -> Path:
         path = Path(path)
@@ -89,10 +151,15 @@ class Evaluator:
     # --------------------------------------------------------------- scoring
     def _metrics(self) -> list[Metric]:
         seen: dict[str, Metric] = {}
-        for f in self.features:
+        for i, f in enumerate(self.features):
             spec = f["metric"]
             if spec["signature"] not in seen:
-                seen[spec["signature"]] = metric_from_artifact_spec(spec)
+                try:
+                    seen[spec["signature"]] = metric_from_artifact_spec(spec)
+                except (KeyError, ValueError, TypeError, ImportError, AttributeError) as exc:
+                    msg = exc.args[0] if isinstance(exc, KeyError) and exc.args else str(exc)
+                    raise ArtifactError(f"{self.source}: features[{i}].metric ({spec.get('name')!r}) cannot be built here: {msg} "
+                                        "Re-run `autometrics fit`, or install what the metric needs") from None
         return list(seen.values())
 
     def score_texts(self, outputs, inputs=None, references=None, *, progress: bool = False) -> pd.DataFrame:
