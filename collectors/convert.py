@@ -24,8 +24,9 @@ _OUTPUT_KEYS = ("gen_ai.output.messages", "gen_ai.completion", "langfuse.observa
 def messages_text(value) -> str | None:
     """Plain text of a GenAI-semconv message list (``[{"role", "parts": [{"type": "text", "content"}]}]``).
 
-    Older shapes (``{"role", "content"}``) and plain strings are accepted; anything else is
-    returned as its JSON text so nothing captured is silently dropped.
+    Older shapes (``{"role", "content"}``) and plain strings are accepted; a ``tool_call`` part
+    (an LLM client span whose answer is a tool call) becomes ``{"tool_call", "arguments"}`` JSON;
+    anything else is returned as its JSON text so nothing captured is silently dropped.
     """
     if value is None:
         return None
@@ -51,6 +52,9 @@ def messages_text(value) -> str | None:
                     texts.append(p["content"])
                 elif isinstance(p, dict) and "content" in p:
                     texts.append(json.dumps(p["content"], ensure_ascii=False, default=str))
+                elif isinstance(p, dict) and p.get("type") == "tool_call":  # an answer that is a tool call
+                    texts.append(json.dumps({"tool_call": p.get("name"), "arguments": p.get("arguments")},
+                                            ensure_ascii=False, default=str))
         elif isinstance(m.get("content"), str):
             texts.append(m["content"])
         else:

@@ -24,6 +24,8 @@ __all__ = [
     "current_trace_id",
     "current_span_id",
     "update_current_span",
+    "set_input",
+    "set_output",
     "feedback",
     "flush",
     "shutdown",

@@ -12,6 +12,8 @@ malformed), independent of the plan.
 ``ok`` replies are deterministic: judge prompts (max_tokens=1) get logprobs whose expected
 value is 1 + (number of words in the judged output) % 5 ... or a callable ``judge(text)``;
 generator prompts get criteria / rubric lines, in DSPy's field format when DSPy asked.
+A request with ``stream=True`` gets the same reply as server-sent chunks (``stream_delay``
+seconds apart; usage in a last chunk when ``stream_options.include_usage`` asks for it).
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ def _default_judge(output: str) -> int:
 
 class FakeLLMServer:
     def __init__(self, plan=None, default="ok", judge=_default_judge, delay=0.0, timeout_sleep=3.0, fault_rate=0.0,
-                 fault_kinds=("429", "500", "timeout", "malformed"), seed=0):
+                 fault_kinds=("429", "500", "timeout", "malformed"), seed=0, stream_delay=0.0):
         import random
 
         self.plan = list(plan or [])
@@ -41,6 +43,7 @@ class FakeLLMServer:
         self.judge = judge
         self.delay = delay
         self.timeout_sleep = timeout_sleep
+        self.stream_delay = stream_delay
         self.requests: list[dict] = []
         self.modes: list[str] = []
         self._lock = threading.Lock()
@@ -82,6 +85,9 @@ class FakeLLMServer:
                 elif mode == "malformed":
                     body = b'{"choices": [{"message": {"content": "4"'
                     self.send_response(200)
+                elif req.get("stream"):
+                    self._stream(server.reply(req, mode), req)
+                    return
                 else:
                     body = json.dumps(server.reply(req, mode)).encode()
                     self.send_response(200)
@@ -90,6 +96,34 @@ class FakeLLMServer:
                 self.end_headers()
                 try:
                     self.wfile.write(body)
+                except OSError:
+                    pass
+
+            def _stream(self, reply: dict, req: dict) -> None:
+                # ``stream=True``: the same reply as server-sent chat-completion chunks (a role
+                # chunk, one chunk per word, the finish reason, then usage when asked), each
+                # ``stream_delay`` apart; a client that closes early just ends the response.
+                choice = reply["choices"][0]
+                base = {"id": reply["id"], "object": "chat.completion.chunk", "created": 0, "model": reply["model"]}
+                words = re.findall(r"\S+\s*|\s+", choice["message"]["content"])
+                chunks = [{**base, "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}]}]
+                chunks += [{**base, "choices": [{"index": 0, "delta": {"content": w}, "finish_reason": None}]} for w in words]
+                chunks.append({**base, "choices": [{"index": 0, "delta": {}, "finish_reason": choice["finish_reason"]}]})
+                if (req.get("stream_options") or {}).get("include_usage"):
+                    u = reply["usage"]
+                    chunks.append({**base, "choices": [], "usage": {**u, "total_tokens": u["prompt_tokens"] + u["completion_tokens"]}})
+                self.send_response(200)
+                self.send_header("content-type", "text/event-stream")
+                self.send_header("connection", "close")  # the body ends when the connection closes
+                self.end_headers()
+                try:
+                    for c in chunks:
+                        self.wfile.write(b"data: " + json.dumps(c).encode() + b"\n\n")
+                        self.wfile.flush()
+                        if server.stream_delay:
+                            time.sleep(server.stream_delay)
+                    self.wfile.write(b"data: [DONE]\n\n")
+                    self.wfile.flush()
                 except OSError:
                     pass
 

@@ -10,7 +10,8 @@
     autometrics.feedback(autometrics.current_trace_id(), "thumbs", True)   # inside the call, or
                                                                            # keep the id for later
 
-Each call becomes a span named after the function, with input, output, model, token usage and
+Each call becomes a span named after the function (LLM-call spans, ``@observe(model=...)``: kind
+CLIENT, named ``"chat <model>"``), with input, output, model, token usage, finish reason and
 errors in OpenTelemetry GenAI semantic-convention attributes (``gen_ai.input.messages``,
 ``gen_ai.request.model``, ``gen_ai.usage.input_tokens``, ``error.type``, ...).  Spans are made
 by a *private* TracerProvider: the application's own (global) TracerProvider is never replaced
@@ -46,7 +47,10 @@ Layout (one concern per module; this package re-exports the public API):
   (``configure``, ``flush``, ``shutdown``, ``stats``); the *only* home of capture's mutable state
 * :mod:`~autometrics.capture.content`: call values as GenAI input/output messages and usage attributes
 * :mod:`~autometrics.capture.decorator`: ``@observe`` and its sync / async / generator wrappers
-* :mod:`~autometrics.capture.spans`: the current span's ids and ``update_current_span``
+* :mod:`~autometrics.capture.streams`: returned streams (generators, openai / litellm streams)
+  whose span ends with the stream
+* :mod:`~autometrics.capture.spans`: the current span's ids, ``update_current_span``, and
+  ``set_input`` / ``set_output`` (what the evaluator sees)
 * :mod:`~autometrics.capture.signals`: ``feedback()`` and ``training_frame()``
 """
 
@@ -59,7 +63,7 @@ from .runtime import SCOPE as SCOPE
 from .runtime import configure, flush, shutdown, stats
 from .runtime import log as log
 from .signals import feedback, training_frame
-from .spans import current_span_id, current_trace_id, update_current_span
+from .spans import current_span_id, current_trace_id, set_input, set_output, update_current_span
 
 __all__ = [
     "configure",
@@ -67,6 +71,8 @@ __all__ = [
     "current_trace_id",
     "current_span_id",
     "update_current_span",
+    "set_input",
+    "set_output",
     "feedback",
     "flush",
     "shutdown",

@@ -1,17 +1,71 @@
 """The current span, from inside an observed call: its trace / span ids (to hand to a client so
-feedback can be attached later) and ``update_current_span`` to add model, token usage or any
-attribute once they are known (e.g. after the LLM client returned).
+feedback can be attached later), ``update_current_span`` to add model, token usage or any
+attribute once they are known (e.g. after the LLM client returned), and ``set_input`` /
+``set_output`` to name what the evaluator should see as the call's input and output.
 
 These read the OpenTelemetry context only, so they also see an application's own current span;
-``update_current_span`` never raises (a failure is counted against the active runtime).
+``set_input`` / ``set_output`` find the innermost ``@observe`` call through a context key that
+the decorator sets next to its span (an application span opened inside the call does not hide
+it).  None of them raises (a failure is counted against the active runtime).
 """
 
 from __future__ import annotations
 
+from opentelemetry import context as otel_context
 from opentelemetry import trace
 
 from . import runtime
 from .runtime import _internal
+
+_UNSET = object()
+# the innermost @observe call, stored in the OpenTelemetry context next to its span
+_CALL_KEY = otel_context.create_key("autometrics-observed-call")
+
+
+class _Call:
+    """One observed call: its span, the context its code runs in, and the input / output the
+    application named with :func:`set_input` / :func:`set_output` (applied when the span ends)."""
+
+    __slots__ = ("spec", "span", "ctx", "input", "output")
+
+    def __init__(self, spec, span):
+        self.spec = spec
+        self.span = span
+        self.ctx = None
+        self.input = _UNSET
+        self.output = _UNSET
+
+
+def _set(what: str, value) -> bool:
+    call = otel_context.get_value(_CALL_KEY)
+    if call is None:
+        rt = runtime._runtime
+        if rt is not None:
+            rt.errors.warning(f"set_{what}-outside", "autometrics: set_%s() was called outside an @observe'd call; nothing "
+                              "was recorded (call it inside the decorated function, or use @observe(%s=...))", what, what)
+        return False
+    setattr(call, what, value)
+    return True
+
+
+def set_output(value) -> bool:
+    """Name the evaluator's output for the innermost ``@observe`` call running now.
+
+    What the trace store records as this call's output (the ``output`` column the training
+    frame, online scoring and the dashboard read) becomes ``value`` instead of the return value,
+    e.g. the answer text instead of a ``{"answer", "trace_id"}`` response.  Objects are read like
+    return values (a chat completion gives its message text, a ``dspy.Prediction`` its fields);
+    ``redact`` still applies; the last call wins.  Recorded even with
+    ``@observe(capture_output=False)`` (an explicit call), never with
+    ``configure(capture_content=False)``.  Returns False (and logs) outside an observed call.
+    """
+    return _set("output", value)
+
+
+def set_input(value) -> bool:
+    """Name the evaluator's input for the innermost ``@observe`` call running now (e.g. the user's
+    question rather than the whole request object); see :func:`set_output` for the rules."""
+    return _set("input", value)
 
 
 def current_trace_id() -> str | None:

@@ -29,7 +29,7 @@ def test_sync_call_becomes_span_with_genai_attributes(capture, sqlite_url):
     sp = _spans(sqlite_url)
     assert len(sp) == 1
     row = sp.iloc[0]
-    assert row["name"] == "llm" and row["project"] == "bot"
+    assert row["name"] == "chat gpt-4o-mini" and row["kind"] == "CLIENT" and row["project"] == "bot"
     attrs = json.loads(row["attributes"])
     assert attrs["gen_ai.request.model"] == "gpt-4o-mini"
     assert attrs["gen_ai.response.model"] == "gpt-4o-mini-2024"
@@ -63,10 +63,10 @@ def test_nesting_trace_id_and_update_current_span(capture, sqlite_url):
     assert re.fullmatch(r"[0-9a-f]{32}", seen["outer"]) and seen["inner"] == seen["outer"]
     capture.flush()
     sp = _spans(sqlite_url).set_index("name")
-    assert sp.loc["inner", "parent_span_id"] == sp.loc["outer", "span_id"]
+    assert sp.loc["chat m1", "parent_span_id"] == sp.loc["outer", "span_id"]
     assert pd_isna(sp.loc["outer", "parent_span_id"])
     assert sp.loc["outer", "input"] == '{"x": 1, "y": 3}'
-    assert sp.loc["inner", "input_tokens"] == 3
+    assert sp.loc["chat m1", "input_tokens"] == 3
 
 
 def pd_isna(v) -> bool:
