@@ -1,30 +1,36 @@
-"""Getting spans and feedback out of the application without ever slowing or breaking it.
+"""Getting spans and feedback out of the application without ever slowing or breaking it, and
+without losing them when the backend is down.
 
 :class:`BatchWriter` is a bounded in-memory queue drained by one daemon thread that hands
 batches to a *sink* (the trace store, or a remote collector).  The application thread only
-appends to the queue: when the queue is full the item is dropped and counted, when the sink
-fails the batch is retried a little, then dropped and counted, and the failure is logged at
-most once a minute per kind.  Nothing here raises into the caller.
+appends to the queue; when the queue is full the item is dropped and counted.  When the sink
+fails, the batch goes to the durable local :class:`~autometrics.collectors.spool.Spool` and is
+replayed, oldest first, once the sink accepts writes again; while anything waits in the spool
+new batches queue behind it (order is kept).  Items are lost only when the spool is full (counted
+as ``span_lost_spool_full`` / ``feedback_lost_spool_full`` and logged), or, without a spool,
+after a few retries (``*_failed``).  ``*_written`` counts only what the sink committed.  Failures
+are logged at most once a minute per kind.  Nothing here raises into the caller.
 
-:class:`StoreSpanProcessor` is the OpenTelemetry ``SpanProcessor`` that feeds a BatchWriter.
+:class:`StoreSpanProcessor` is the OpenTelemetry ``SpanProcessor`` that feeds a BatchWriter; the
+sinks (:class:`StoreSink`, :class:`CollectorSink`) live in :mod:`autometrics.collectors.sinks`
+and are re-exported here.
 """
 
 from __future__ import annotations
 
 import collections
-import gzip
-import http.client
-import json
 import logging
 import threading
 import time
-import urllib.parse
 
+from autometrics.collectors.sinks import CollectorSink, StoreFileChanged, StoreSink
+from autometrics.collectors.spool import Spool
 from opentelemetry.sdk.trace import SpanProcessor
 
 log = logging.getLogger("autometrics.collectors")
 
-__all__ = ["BatchWriter", "StoreSpanProcessor", "StoreSink", "CollectorSink", "RateLimitedLog", "Counters"]
+__all__ = ["BatchWriter", "StoreSpanProcessor", "StoreSink", "CollectorSink", "RateLimitedLog", "Counters",
+           "StoreFileChanged"]
 
 
 class RateLimitedLog:
@@ -63,8 +69,9 @@ class Counters:
         self._lock = threading.Lock()
 
     def add(self, key: str, n: int = 1) -> None:
-        with self._lock:
-            self._c[key] += n
+        if n:
+            with self._lock:
+                self._c[key] += n
 
     def snapshot(self) -> dict[str, int]:
         with self._lock:
@@ -73,15 +80,17 @@ class Counters:
 
 class BatchWriter:
     """Bounded queue of ``("span", ReadableSpan)`` / ``("feedback", dict)`` items, written in
-    batches by a background thread.
+    batches by a background thread; failed batches go to ``spool`` (when given and the sink can
+    serialise, i.e. has ``encode``/``send``/``target``) and are replayed from it.
 
-    ``max_queue`` bounds memory; ``retries`` bounds how long one batch may hold the writer when
-    the sink is down (the queue keeps absorbing, then drops, meanwhile).
+    ``max_queue`` bounds memory; without a spool, ``retries`` bounds how long one batch may hold
+    the writer when the sink is down.  Replays of a down sink back off up to ``max_backoff`` s.
     """
 
     def __init__(self, sink, *, max_queue: int = 10_000, batch_size: int = 512, interval: float = 0.5,
                  retries: int = 2, retry_delay: float = 0.5, counters: Counters | None = None,
-                 errors: RateLimitedLog | None = None, name: str = "autometrics-writer"):
+                 errors: RateLimitedLog | None = None, name: str = "autometrics-writer", spool: Spool | None = None,
+                 max_backoff: float = 5.0):
         self.sink = sink
         self.max_queue = max_queue
         self.batch_size = batch_size
@@ -90,12 +99,26 @@ class BatchWriter:
         self.retry_delay = retry_delay
         self.counters = counters or Counters()
         self.errors = errors or RateLimitedLog()
+        self.spool = spool if spool is not None and hasattr(sink, "encode") else None
+        if self.spool is not None:
+            self.spool.on_reopen = self._spool_reopened
+        if hasattr(sink, "attach"):
+            sink.attach(self.counters, self.errors)
+        self.max_backoff = max_backoff
         self._q: collections.deque = collections.deque()
         self._cv = threading.Condition()
         self._enqueued = 0  # sequence numbers: flush() waits for _done to reach _enqueued
         self._done = 0
         self._stop = False
-        self._flush_now = False
+        self._inflight: list | None = None
+        self._backlog = False  # records of this sink wait in the spool: new batches go behind them
+        self._backoff = 0.5
+        self._next_replay = 0.0
+        self._outage_logged = False
+        self._pending_items = 0  # items of this sink in the spool (as of the last spool operation)
+        self._flush_gen = 0  # flush requests; _handled_gen: the last one the writer answered
+        self._handled_gen = 0
+        self._losses = 0  # items failed, rejected or lost so far: flush() reports any during its wait
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
 
@@ -116,81 +139,231 @@ class BatchWriter:
     def qsize(self) -> int:
         return len(self._q)
 
-    def _take(self) -> list:
-        # Wait until a full batch, a flush/stop request, or `interval` has passed: a burst of
-        # calls then lands in one transaction instead of one commit per span.
+    def spool_pending(self) -> int:
+        """Items of this writer's backend waiting in the spool (as of the last spool operation)."""
+        return self._pending_items
+
+    # ---- the writer thread
+    def _take(self) -> tuple[list, int]:
+        # Wait until a full batch, a flush/stop request, a replay being due, or `interval` has
+        # passed: a burst of calls then lands in one transaction instead of one commit per span.
         with self._cv:
             deadline = time.monotonic() + self.interval
-            while len(self._q) < self.batch_size and not self._stop and not self._flush_now:
+            if self._backlog:
+                deadline = min(deadline, self._next_replay)
+            while len(self._q) < self.batch_size and not self._stop and self._flush_gen <= self._handled_gen:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     break
                 self._cv.wait(left)
             n = min(len(self._q), self.batch_size)
-            batch = [self._q.popleft() for _ in range(n)]
-            if not self._q:
-                self._flush_now = False
-            return batch
+            return [self._q.popleft() for _ in range(n)], self._flush_gen
 
     def _run(self) -> None:
+        self._start_spool()
         while True:
-            batch = self._take()
+            batch, gen = self._take()
             if batch:
+                with self._cv:
+                    self._inflight = batch
                 self._write(batch)
                 with self._cv:
+                    self._inflight = None
                     self._done += len(batch)
                     self._cv.notify_all()
-            elif self._stop:
-                with self._cv:
+            failed = False
+            if self._backlog and (gen > self._handled_gen or time.monotonic() >= self._next_replay):
+                failed = not self._replay_once()
+            with self._cv:
+                if not self._backlog or failed:
+                    self._handled_gen = max(self._handled_gen, gen)
+                self._cv.notify_all()
+                if self._stop and not self._q and not batch:
+                    self._handled_gen = self._flush_gen
                     self._cv.notify_all()
-                return
+                    return
+
+    def _start_spool(self) -> None:
+        """An earlier process (crashed, or stopped during an outage) may have left records for
+        this backend: replay them first.  The file is only opened here if it already exists."""
+        if self.spool is None:
+            return
+        try:
+            self._pending_items = self.spool.pending(self.sink.target)[1]
+            self._backlog = self._pending_items > 0
+        except Exception as exc:
+            self._spool_unusable(exc)
+
+    def _spool_unusable(self, exc: Exception) -> None:
+        self.counters.add("spool_errors")
+        self.errors.warning("spool-error", "autometrics: the spool %s is unusable, continuing without it (failed batches "
+                            "are retried, then dropped): %s: %s", self.spool, type(exc).__name__, _short(exc))
+        self.spool = None
+        self._backlog = False
+
+    def _spool_reopened(self, why: str, moved: int) -> None:
+        self.counters.add("spool_reopened")
+        self.errors.warning("spool-reopen", "autometrics: the spool file %s was %s while open; reopened it and moved its %d "
+                            "waiting record(s) into the new file", self.spool.path if self.spool else "?", why, moved)
 
     def _write(self, batch: list) -> None:
         spans = [x for k, x in batch if k == "span"]
         fb = [x for k, x in batch if k == "feedback"]
-        for attempt in range(self.retries + 1):
+        if self.spool is not None and self._backlog:
+            self._to_spool(spans, fb)  # behind what already waits: order is kept
+            return
+        attempts = 1 if self.spool is not None else self.retries + 1
+        for attempt in range(attempts):
             try:
-                self.sink.write(spans, fb)
-                self.counters.add("span_written", len(spans))
-                self.counters.add("feedback_written", len(fb))
+                rejected = self.sink.write(spans, fb)
+                self._count_written(len(spans), len(fb), rejected)
                 return
             except Exception as exc:  # any sink failure: store down, disk full, network
                 self.counters.add("write_errors")
                 self.errors.warning(
-                    f"sink-{type(self.sink).__name__}", "autometrics: writing %d span(s) and %d feedback item(s) to %s failed (attempt %d): %s: %s",
-                    len(spans), len(fb), self.sink, attempt + 1, type(exc).__name__, _short(exc))
-                if attempt < self.retries and not self._stop:
+                    f"sink-{type(self.sink).__name__}", "autometrics: writing %d span(s) and %d feedback item(s) to %s failed "
+                    "(attempt %d%s): %s: %s", len(spans), len(fb), self.sink, attempt + 1,
+                    "; spooling them" if self.spool is not None else "", type(exc).__name__, _short(exc))
+                if attempt + 1 < attempts and not self._stop:
                     time.sleep(self.retry_delay * (attempt + 1))
-        self.counters.add("span_failed", len(spans))
-        self.counters.add("feedback_failed", len(fb))
+        if self.spool is not None:
+            self._to_spool(spans, fb)
+            self._next_replay = time.monotonic() + self._backoff
+        else:
+            self._lost("failed", len(spans), len(fb))
 
+    def _lost(self, what: str, n_spans: int, n_fb: int) -> None:
+        self.counters.add(f"span_{what}", n_spans)
+        self.counters.add(f"feedback_{what}", n_fb)
+        self._losses += n_spans + n_fb
+
+    def _count_written(self, n_spans: int, n_fb: int, rejected, replayed: bool = False) -> None:
+        rs, rf, reason = rejected if rejected else (0, 0, None)
+        self.counters.add("span_written", n_spans - rs)
+        self.counters.add("feedback_written", n_fb - rf)
+        if replayed:
+            self.counters.add("span_replayed", n_spans - rs)
+            self.counters.add("feedback_replayed", n_fb - rf)
+        if rs or rf:
+            self._lost("rejected", rs, rf)
+            self.errors.warning("rejected", "autometrics: %s refused %d span(s) and %d feedback item(s), not retried: %s",
+                                self.sink, rs, rf, reason)
+
+    def _to_spool(self, spans: list, fb: list) -> None:
+        """Durably keep a batch the sink could not take; loss only when the spool is full."""
+        try:
+            records = self.sink.encode(spans, fb)
+        except Exception as exc:  # an item that cannot be serialised: not the spool's fault
+            self._lost("failed", len(spans), len(fb))
+            self.errors.warning("spool-encode", "autometrics: a batch could not be serialised for the spool, dropped: %s: %s",
+                                type(exc).__name__, _short(exc))
+            return
+        try:
+            stored = self.spool.append(self.sink.target, [(r.kind, r.encoding, r.items, r.payload) for r in records])
+        except Exception as exc:
+            self._lost("failed", len(spans), len(fb))
+            self._spool_unusable(exc)
+            return
+        for r, ok in zip(records, stored, strict=True):
+            if ok:
+                self.counters.add(f"{r.kind}_spooled", r.items)
+                self._pending_items += r.items
+                self._backlog = True
+            else:
+                self.counters.add(f"{r.kind}_lost_spool_full", r.items)
+                self._losses += r.items
+                self.errors.warning(f"spool-full-{r.kind}", "autometrics: the spool %s is full (spool_max_mb=%.0f): %d %s "
+                                    "item(s) lost (see autometrics.stats())", self.spool.path, self.spool.max_bytes / 2**20,
+                                    r.items, r.kind)
+        if self._backlog and not self._outage_logged:
+            self._outage_logged = True
+            self.errors.warning("spool-outage", "autometrics: %s unreachable; keeping spans and feedback in the spool %s "
+                                "until it is back", self.sink, self.spool.path)
+
+    def _replay_once(self) -> bool:
+        """Send the oldest spooled records of this sink; False when the sink still fails."""
+        try:
+            recs = self.spool.claim(self.sink.target)
+        except Exception as exc:
+            self._spool_unusable(exc)
+            return False
+        if not recs:
+            self._backlog = False
+            self._pending_items = 0
+            return True
+        try:
+            rejected = self.sink.send(recs)
+        except Exception as exc:
+            self.counters.add("write_errors")
+            self.errors.warning(f"sink-{type(self.sink).__name__}", "autometrics: replaying %d spooled item(s) to %s failed: "
+                                "%s: %s", sum(r.items for r in recs), self.sink, type(exc).__name__, _short(exc))
+            try:
+                self.spool.release([r.seq for r in recs])
+            except Exception:
+                pass
+            self._backoff = min(self._backoff * 2, self.max_backoff)
+            self._next_replay = time.monotonic() + self._backoff
+            return False
+        try:
+            done = set(self.spool.ack([r.seq for r in recs]))
+        except Exception as exc:  # delivered but still spooled: replayed again later (idempotent, not counted twice)
+            self._spool_unusable(exc)
+            return False
+        n_spans = sum(r.items for r in recs if r.seq in done and r.kind == "span")
+        n_fb = sum(r.items for r in recs if r.seq in done and r.kind == "feedback")
+        self._count_written(n_spans, n_fb, rejected, replayed=True)
+        self._pending_items = max(0, self._pending_items - n_spans - n_fb)
+        if self._outage_logged:
+            self._outage_logged = False
+            log.info("autometrics: %s reachable again; replaying the spool", self.sink)
+        self._backoff = 0.5
+        self._next_replay = time.monotonic()
+        return True
+
+    # ---- the application's side
     def flush(self, timeout: float = 10.0) -> bool:
-        """Wait until everything queued before this call was written (or given up); True if done."""
+        """Wait until everything queued before this call was handled and the spool was replayed
+        (bounded by ``timeout``); True only if all of it reached the sink, False when items wait
+        in the spool (the backend is down), were lost or refused meanwhile, or time ran out."""
         deadline = time.monotonic() + timeout
         with self._cv:
             target = self._enqueued
-            self._flush_now = True
+            losses = self._losses
+            self._flush_gen += 1
+            gen = self._flush_gen
             self._cv.notify_all()
-            while self._done < target:
+            while self._done < target or self._handled_gen < gen:
                 left = deadline - time.monotonic()
                 if left <= 0 or not self._thread.is_alive():
                     return False
                 self._cv.wait(min(left, 0.1))
-        return True
+            return not self._backlog and self._losses == losses
 
     def shutdown(self, timeout: float = 5.0) -> bool:
-        """Flush (bounded by ``timeout``) and stop the thread; later puts are dropped."""
+        """Flush (bounded by ``timeout``) and stop the thread; later puts are dropped.  Whatever
+        is still in memory then (a hung backend) goes to the spool so the next process sends it."""
         ok = self.flush(timeout)
         with self._cv:
             self._stop = True
+            left = list(self._q)
+            self._q.clear()
+            inflight = list(self._inflight or [])
             self._cv.notify_all()
+        if self.spool is not None and (left or inflight):
+            # the in-flight batch may still reach the sink too: idempotent writes keep it once
+            items = inflight + left
+            self._to_spool([x for k, x in items if k == "span"], [x for k, x in items if k == "feedback"])
+        elif left:
+            self.counters.add("span_failed", sum(1 for k, _ in left if k == "span"))
+            self.counters.add("feedback_failed", sum(1 for k, _ in left if k == "feedback"))
         self._thread.join(max(0.0, min(timeout, 1.0)))
-        try:
-            close = getattr(self.sink, "close", None)
-            if close:
-                close()
-        except Exception:
-            pass
+        for res in (self.sink, self.spool):
+            try:
+                close = getattr(res, "close", None)
+                if close:
+                    close()
+            except Exception:
+                pass
         return ok
 
 
@@ -220,79 +393,3 @@ class StoreSpanProcessor(SpanProcessor):
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:
         return self.writer.flush(timeout_millis / 1000)
-
-
-# --------------------------------------------------------------------------- sinks
-
-
-class StoreSink:
-    """Writes to a :class:`~autometrics.collectors.store.TraceStore`, opened lazily in the
-    writer thread (so ``configure()`` never blocks on, or fails because of, a down database)."""
-
-    def __init__(self, url: str | None = None, store=None):
-        self.url = url
-        self.store = store
-
-    def __repr__(self) -> str:
-        return repr(self.store) if self.store is not None else "TraceStore(<not opened>)"
-
-    def write(self, spans, feedback) -> None:
-        from autometrics.collectors.convert import rows_from_readable_spans
-
-        if self.store is None:
-            from autometrics.collectors.store import TraceStore
-
-            self.store = TraceStore(self.url)
-        self.store.write(rows_from_readable_spans(spans), feedback)
-
-    def close(self) -> None:
-        if self.store is not None:
-            self.store.dispose()
-
-
-class CollectorSink:
-    """Sends to an ``autometrics collector serve`` over HTTP: spans as OTLP protobuf (gzip) to
-    ``/v1/traces``, feedback as JSON to ``/v1/feedback``.  The API key goes in a header only."""
-
-    def __init__(self, url: str, api_key: str | None = None, timeout: float = 5.0):
-        self.url = url.rstrip("/")
-        self._api_key = api_key
-        self.timeout = timeout
-
-    def __repr__(self) -> str:
-        return f"collector {self.url}"
-
-    def _post(self, path: str, body: bytes, ctype: str) -> None:
-        u = urllib.parse.urlsplit(self.url + path)
-        cls = http.client.HTTPSConnection if u.scheme == "https" else http.client.HTTPConnection
-        conn = cls(u.hostname, u.port, timeout=self.timeout)
-        headers = {"Content-Type": ctype, "Content-Encoding": "gzip"}
-        if self._api_key:
-            headers["Authorization"] = f"Bearer {self._api_key}"
-        try:
-            conn.request("POST", u.path, body=gzip.compress(body, 1), headers=headers)
-            resp = conn.getresponse()
-            data = resp.read()
-            if resp.status >= 300:
-                raise RuntimeError(f"collector answered HTTP {resp.status}: {data[:200]!r}")
-        finally:
-            conn.close()
-
-    def write(self, spans, feedback) -> None:
-        if spans:
-            from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
-
-            self._post("/v1/traces", encode_spans(spans).SerializeToString(), "application/x-protobuf")
-        if feedback:
-            items = []
-            for r in feedback:  # store rows -> the /v1/feedback request shape
-                it = {"id": r["id"], "trace_id": r["trace_id"], "name": r["name"], "kind": r["kind"],
-                      "value": r["value"] if r.get("value") is not None else r.get("value_text"),
-                      "timestamp": r["created_at_ns"] / 1e9}
-                for k in ("span_id", "comment", "source"):
-                    if r.get(k) is not None:
-                        it[k] = r[k]
-                if r.get("metadata"):
-                    it["metadata"] = json.loads(r["metadata"])
-                items.append(it)
-            self._post("/v1/feedback", json.dumps(items).encode(), "application/json")

@@ -15,6 +15,14 @@ Settings come from the SDK's usual environment variables: ``LANGFUSE_PUBLIC_KEY`
 Caveat: the langfuse SDK keeps one client state per public key in a process; if the
 application already created a ``Langfuse`` client with the same key, that one's tracer provider
 is used and we log a warning (our spans then follow the application's Langfuse setup).
+
+Losses are counted, not spooled: the SDK sends spans and scores from its own threads, retries
+them itself and then drops them with a log line.  We wrap the exporter of its span processor and
+its score uploader, so a batch the SDK gave up on is counted (``langfuse_spans_lost``,
+``langfuse_span_batches_lost``, ``langfuse_scores_lost``; delivered: ``langfuse_spans_exported``,
+``langfuse_scores_sent``) in ``autometrics.stats()``.  Those hooks reach into SDK internals
+(checked against langfuse 5.x); when a future SDK moves them, counting is off with one warning
+and the export itself keeps working.
 """
 
 from __future__ import annotations
@@ -70,6 +78,20 @@ class LangfuseExport:
         if getattr(res, "tracer_provider", provider) is not provider and errors is not None:
             errors.warning("langfuse-shared", "autometrics: a Langfuse client with this public key already exists in the process; "
                            "spans follow its tracer provider")
+        self.counting = _count_losses(res, self)
+        if not self.counting and errors is not None:
+            errors.warning("langfuse-counting", "autometrics: this langfuse SDK version hides its exporter/score uploader; "
+                           "Langfuse losses are not counted in autometrics.stats()")
+
+    def _lost(self, what: str, n: int, exc: BaseException | None) -> None:
+        if self.counters is not None:
+            self.counters.add(f"langfuse_{what}_lost", n)
+            if what == "spans":
+                self.counters.add("langfuse_span_batches_lost")
+        if self.errors is not None:
+            self.errors.warning(f"langfuse-lost-{what}", "autometrics: Langfuse did not take %d %s (the SDK gave up after its "
+                                "retries)%s; see autometrics.stats()", n, what,
+                                f": {type(exc).__name__}: {str(exc)[:200]}" if exc is not None else "")
 
     def score(self, row: dict) -> None:
         """Queue one feedback row as a Langfuse score (the SDK sends it from its own thread)."""
@@ -113,6 +135,90 @@ class LangfuseExport:
         except Exception as exc:
             if self.errors is not None:
                 self.errors.warning("langfuse-flush", "autometrics: Langfuse flush failed: %s: %s", type(exc).__name__, exc)
+
+
+class _CountingSpanExporter:
+    """Wraps the Langfuse span processor's exporter: counts each batch it delivered or gave up on
+    (the OTLP exporter returns FAILURE after its own retries; nothing else reports that loss)."""
+
+    def __init__(self, inner, export: LangfuseExport):
+        self.inner = inner
+        self.export_owner = export  # re-pointed when a later configure() reuses the SDK's state
+
+    def export(self, spans):
+        from opentelemetry.sdk.trace.export import SpanExportResult
+
+        n = len(spans)
+        try:
+            result = self.inner.export(spans)
+        except Exception as exc:
+            self.export_owner._lost("spans", n, exc)
+            raise
+        if result == SpanExportResult.SUCCESS:
+            if self.export_owner.counters is not None:
+                self.export_owner.counters.add("langfuse_spans_exported", n)
+        else:
+            self.export_owner._lost("spans", n, None)
+        return result
+
+    def shutdown(self, timeout_millis: float = 30_000):
+        import inspect
+
+        if "timeout_millis" in inspect.signature(self.inner.shutdown).parameters:
+            return self.inner.shutdown(timeout_millis=timeout_millis)
+        return self.inner.shutdown()
+
+    def force_flush(self, timeout_millis: int = 30_000) -> bool:
+        return self.inner.force_flush(timeout_millis)
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+
+def _count_losses(res, export: LangfuseExport) -> bool:
+    """Install the counting hooks on the SDK's span exporter and score uploader (see the module
+    docstring); True when both were found."""
+    spans_ok = scores_ok = False
+    try:
+        tp = getattr(res, "tracer_provider", None)
+        for proc in getattr(getattr(tp, "_active_span_processor", None), "_span_processors", ()):
+            bp = getattr(proc, "_batch_processor", None)
+            if type(proc).__name__ != "LangfuseSpanProcessor" or getattr(bp, "_exporter", None) is None:
+                continue
+            if isinstance(bp._exporter, _CountingSpanExporter):
+                bp._exporter.export_owner = export
+            else:
+                bp._exporter = _CountingSpanExporter(bp._exporter, export)
+            spans_ok = True
+        for consumer in getattr(res, "_score_consumers", ()):
+            holder = getattr(consumer, "_autometrics_counting", None)
+            if holder is not None:
+                holder[0] = export
+            elif callable(getattr(consumer, "_upload_batch", None)):
+                holder = consumer._autometrics_counting = [export]
+                consumer._upload_batch = _counting_upload(consumer._upload_batch, holder)
+            else:
+                continue
+            scores_ok = True
+    except Exception:
+        return False
+    return spans_ok and scores_ok
+
+
+def _counting_upload(upload, holder: list):
+    """The score consumer's ``_upload_batch`` (retries inside, raises when it gives up), counted."""
+
+    def _upload_batch(batch):
+        try:
+            out = upload(batch)
+        except Exception as exc:
+            holder[0]._lost("scores", len(batch), exc)
+            raise  # the SDK logs it as before
+        if holder[0].counters is not None:
+            holder[0].counters.add("langfuse_scores_sent", len(batch))
+        return out
+
+    return _upload_batch
 
 
 class _OtlpForwardSink:

@@ -45,6 +45,14 @@ class ObserveConfig:
     flush_interval: float = 0.5
     feedback_aggregate: str | dict = "latest"
     enabled: bool = True
+    # durable local spool for outages: a path, or None for ``spool.db`` in the data folder; False = off
+    spool: str | bool | None = None
+    spool_max_mb: float = 256.0
+    # what feedback() does with a value it rejects: "return" (None, logged + counted) or "raise"
+    feedback_errors: str = "return"
+    # the application's own TracerProvider: @observe spans are made by it (one trace tree in the
+    # app's APM and the trace store); None = a private provider
+    tracer_provider: object | None = field(default=None, repr=False)
 
 
 def _resolve_config(
@@ -62,6 +70,10 @@ def _resolve_config(
     flush_interval: float | None,
     feedback_aggregate: str | dict | None,
     enabled: bool | None,
+    spool: str | bool | None = None,
+    spool_max_mb: float | None = None,
+    feedback_errors: str | None = None,
+    tracer_provider: object | None = None,
 ) -> ObserveConfig:
     """The :class:`ObserveConfig` for ``configure()``'s arguments (``None``: not given)."""
     env = os.environ
@@ -95,6 +107,24 @@ def _resolve_config(
     if feedback_aggregate is not None:
         cfg.feedback_aggregate = feedback_aggregate
     cfg.enabled = enabled if enabled is not None else not _env_bool("AUTOMETRICS_DISABLED", False)
+    if spool is None:
+        env_spool = env.get("AUTOMETRICS_SPOOL", "").strip()
+        spool = False if env_spool.lower() in ("0", "false", "no", "off") else (env_spool or None)
+    cfg.spool = spool
+    if spool_max_mb is None and env.get("AUTOMETRICS_SPOOL_MAX_MB"):
+        try:
+            spool_max_mb = float(env["AUTOMETRICS_SPOOL_MAX_MB"])
+        except ValueError:
+            log.warning("autometrics: AUTOMETRICS_SPOOL_MAX_MB is not a number; using %s", cfg.spool_max_mb)
+    if spool_max_mb is not None:
+        if not spool_max_mb > 0:
+            raise ValueError(f"spool_max_mb must be > 0, not {spool_max_mb!r}")
+        cfg.spool_max_mb = float(spool_max_mb)
+    feedback_errors = (feedback_errors or env.get("AUTOMETRICS_FEEDBACK_ERRORS") or "return").strip().lower()
+    if feedback_errors not in ("return", "raise"):
+        raise ValueError(f"feedback_errors must be 'return' or 'raise', not {feedback_errors!r}")
+    cfg.feedback_errors = feedback_errors
+    cfg.tracer_provider = tracer_provider
     return cfg
 
 

@@ -39,8 +39,12 @@ class _Runtime:
             sink = CollectorSink(cfg.collector_url, cfg.api_key)
         else:
             sink = StoreSink(cfg.store_url, store=store)
+        from ..collectors.spool import Spool
+
+        # failed batches wait in the durable spool and are replayed (configure(spool=..., spool_max_mb=...))
         self.writer = BatchWriter(sink, max_queue=cfg.queue_size, batch_size=cfg.batch_size, interval=cfg.flush_interval,
-                                  counters=self.counters, errors=self.errors)
+                                  counters=self.counters, errors=self.errors,
+                                  spool=Spool.from_config(cfg.spool, cfg.spool_max_mb))
         attrs = {"service.name": cfg.project, "autometrics.project": cfg.project}
         if cfg.task:
             attrs["autometrics.task"] = cfg.task
@@ -106,6 +110,10 @@ def configure(
     flush_interval: float | None = None,
     feedback_aggregate: str | dict | None = None,
     enabled: bool | None = None,
+    spool: str | bool | None = None,
+    spool_max_mb: float | None = None,
+    feedback_errors: str | None = None,
+    tracer_provider=None,
     store=None,
 ) -> ObserveConfig:
     """Set up capture (replacing an earlier configuration, whose queue is flushed first).
@@ -114,13 +122,20 @@ def configure(
     background thread, so a down backend cannot fail or slow the application's start.
     Raises ``ValueError`` only for an invalid argument (e.g. ``sample_rate=2``).
     ``store``: an already-open :class:`~autometrics.collectors.store.TraceStore` to write to.
+    ``spool``: path of the durable local spool that keeps spans and feedback while the store or
+    collector is unreachable (default ``spool.db`` in the data folder; ``False``: off);
+    ``spool_max_mb`` bounds it.  ``feedback_errors``: ``"return"`` (default: a rejected
+    feedback() returns None, logged and counted per reason) or ``"raise"`` (``ValueError``).
+    ``tracer_provider``: the application's own TracerProvider, so ``@observe`` spans and the
+    app's spans form one tree in both the app's exporters and the trace store.
     """
     global _runtime, _disabled, _atexit_registered
     cfg = _resolve_config(
         store_url=store_url, collector_url=collector_url, api_key=api_key, project=project, task=task,
         sample_rate=sample_rate, langfuse=langfuse, capture_content=capture_content,
         max_content_chars=max_content_chars, queue_size=queue_size, flush_interval=flush_interval,
-        feedback_aggregate=feedback_aggregate, enabled=enabled,
+        feedback_aggregate=feedback_aggregate, enabled=enabled, spool=spool, spool_max_mb=spool_max_mb,
+        feedback_errors=feedback_errors, tracer_provider=tracer_provider,
     )
     with _lock:
         old, _runtime = _runtime, None
@@ -197,11 +212,19 @@ def shutdown(timeout: float = 5.0) -> bool:
 
 
 def stats() -> dict:
-    """Counters: ``span_queued``, ``span_written``, ``span_dropped``, ``span_failed``, the same
-    for ``feedback_*``, ``write_errors``, ``internal_errors``, ``langfuse_*``, and ``queue_size``."""
+    """Counters since configure(), per item kind (``span_*``, ``feedback_*``): ``queued``;
+    ``written`` (committed by the store / acknowledged by the collector, replays included);
+    ``spooled`` (kept in the durable spool while the backend was down) and ``replayed`` (written
+    from it later); ``lost_spool_full``; ``rejected`` (refused for good by the backend);
+    ``dropped`` (in-memory queue full); ``failed`` (neither written nor spooled: no spool).
+    Also ``write_errors``, ``store_reopened`` (the SQLite file was deleted or replaced under the
+    writer), ``spool_errors``, ``internal_errors``, Langfuse's ``langfuse_*`` (``langfuse_spans_lost``,
+    ``langfuse_span_batches_lost``, ``langfuse_scores_lost``, ...), and the gauges ``queue_size``
+    and ``spool_pending`` (items waiting in the spool for this backend)."""
     rt = _runtime
     if rt is None:
         return {}
     out = rt.counters.snapshot()
     out["queue_size"] = rt.writer.qsize()
+    out["spool_pending"] = rt.writer.spool_pending()
     return out
