@@ -177,9 +177,11 @@ class TraceStore(EvaluationStore):
         with self.engine.connect() as conn:
             return int(conn.execute(sa.select(sa.func.count()).select_from(t)).scalar() or 0)
 
-    def count_feedback(self, name: str, *, since_ns: int = 0) -> int:
-        """Feedback rows named ``name`` created after ``since_ns``."""
+    def count_feedback(self, name: str, *, since_ns: int = 0, project: str | None = None) -> int:
+        """Feedback rows named ``name`` created after ``since_ns`` (on traces of ``project`` when given)."""
         q = sa.select(sa.func.count()).select_from(feedback).where(feedback.c.name == name, feedback.c.created_at_ns > since_ns)
+        if project is not None:
+            q = q.where(feedback.c.trace_id.in_(sa.select(traces.c.trace_id).where(traces.c.project == project)))
         with self.engine.connect() as conn:
             return int(conn.execute(q).scalar() or 0)
 
@@ -233,8 +235,9 @@ class TraceStore(EvaluationStore):
         for how in rules.values():
             if how not in ("latest", "first", "mean", "sum", "max", "min", "count"):
                 raise ValueError(f"aggregate must be latest, first, mean, sum, max, min or count, not {how!r}")
-        cols = [spans.c.trace_id, spans.c.name, spans.c.project, spans.c.start_time_ns, spans.c.end_time_ns, spans.c.status,
-                spans.c.error_type, spans.c.model, spans.c.input_tokens, spans.c.output_tokens, spans.c.input, spans.c.output]
+        cols = [spans.c.trace_id, spans.c.span_id, spans.c.parent_span_id, spans.c.name, spans.c.project, spans.c.start_time_ns,
+                spans.c.end_time_ns, spans.c.status, spans.c.error_type, spans.c.model, spans.c.input_tokens, spans.c.output_tokens,
+                spans.c.input, spans.c.output]
         q = sa.select(*cols)
         if project:
             q = q.where(spans.c.project == project)
@@ -248,6 +251,7 @@ class TraceStore(EvaluationStore):
         if sp.empty:
             return pd.DataFrame(columns=[c for c in out_cols if c != "references"])
         sp = sp.sort_values(["trace_id", "start_time_ns", "end_time_ns"], ascending=[True, True, False], kind="stable")
+        sp = _innermost_usage(sp)
         g = sp.groupby("trace_id", sort=False)
         summary = pd.DataFrame(
             {
@@ -281,6 +285,32 @@ class TraceStore(EvaluationStore):
 
     def dispose(self) -> None:
         self.engine.dispose()
+
+
+def _innermost_usage(sp):
+    """Token usage counted once per LLM call: a span's tokens are dropped when one of its
+    descendants carries usage too.  An observed function that returns a completion records its
+    usage, and the instrumented client call inside it records the same usage again; summing
+    every span would count that call twice.  Sibling calls still add up."""
+    has = sp["input_tokens"].notna() | sp["output_tokens"].notna()
+    if not has.any():
+        return sp
+    import pandas as pd
+
+    tids = sp["trace_id"].tolist()
+    key = pd.Series([f"{t}:{s}" for t, s in zip(tids, sp["span_id"].tolist(), strict=True)], index=sp.index)
+    pkey = [f"{t}:{p}" if isinstance(p, str) and p else None for t, p in zip(tids, sp["parent_span_id"].tolist(), strict=True)]
+    parent_of = {k: p for k, p in zip(key.tolist(), pkey, strict=True) if p is not None}
+    covered: set = set()
+    frontier = {p for p, h in zip(pkey, has.tolist(), strict=True) if h and p is not None}
+    while frontier:  # every ancestor of a span with usage
+        covered |= frontier
+        frontier = {parent_of[k] for k in frontier if k in parent_of} - covered
+    drop = has & key.isin(covered)
+    if drop.any():
+        sp = sp.copy()
+        sp.loc[drop, ["input_tokens", "output_tokens"]] = None
+    return sp
 
 
 def _aggregate_feedback(rows, how: str):

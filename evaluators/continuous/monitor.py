@@ -138,7 +138,8 @@ class Monitor:
 
     def new_feedback_count(self) -> int:
         """Feedback points for the target newer than anything the last fitted version saw."""
-        return self.store.count_feedback(self.cfg.target, since_ns=self.store.feedback_mark(self.cfg.project, self.cfg.target))
+        return self.store.count_feedback(self.cfg.target, since_ns=self.store.feedback_mark(self.cfg.project, self.cfg.target),
+                                         project=self.cfg.project)
 
     # ------------------------------------------------------------------ data
     def labelled_frame(self, since_ns: int | None = None) -> pd.DataFrame:

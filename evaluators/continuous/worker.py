@@ -119,6 +119,7 @@ class Worker:
     def run_once(self, *, force_refit: bool = False) -> dict:
         """Refit (if due, or ``force_refit``), score, check drift, then the publishers."""
         out = {"refit": self.monitor.refit(force=force_refit, min_new_feedback=self.opts.min_new_feedback or 1)}
+        log.info("%s", job_line(self.key, {"job": "refit", "refit": out["refit"]}))
         out.update({k: v for k, v in self.run("score").items() if k != "job"})
         return out
 

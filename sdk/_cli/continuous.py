@@ -16,7 +16,9 @@ Kept out of main.py so the continuous-evaluation commands evolve without touchin
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import logging
 import sys
 
 __all__ = ["add_commands", "HANDLERS"]
@@ -172,17 +174,39 @@ def cmd_worker(args) -> int:
     opts = WorkerOptions(refit_interval=args.refit_interval or None, min_new_feedback=args.min_new_feedback or None, poll=args.poll,
                          score_interval=args.score_interval, jobstore=not args.no_jobstore)
     dashboard = args.dashboard or str(dashboard_default(mon.store))
-    pubs = default_publishers(dashboard=dashboard, langfuse=args.langfuse, langfuse_max_attempts=args.langfuse_max_attempts,
-                              echo_key=None if args.once else f"{mon.cfg.project}/{mon.cfg.target}")
+    # no echo publisher: each job's line comes from the worker's own log (below), which also has failed jobs
+    pubs = default_publishers(dashboard=dashboard, langfuse=args.langfuse, langfuse_max_attempts=args.langfuse_max_attempts)
     w = Worker(mon.store, mon.cfg, opts, publishers=pubs)
     print(f"worker: {mon.store!r}, project {mon.cfg.project!r}, target {mon.cfg.target!r}; dashboard {dashboard}", flush=True)
-    if args.once:
-        out = w.run_once()
-        print(out["refit"])
-        print(f"scored {out.get('scored', 0)} traces; {len(out.get('alerts') or [])} new alert(s)")
-        return 0
-    w.start(blocking=True, run_for=args.run_for)
+    with _job_log():
+        if args.once:
+            out = w.run_once()
+            print(out["refit"])
+            print(f"scored {out.get('scored', 0)} traces; {len(out.get('alerts') or [])} new alert(s)")
+            return 0
+        w.start(blocking=True, run_for=args.run_for)
     return 0
+
+
+@contextlib.contextmanager
+def _job_log():
+    """The worker's one line per job (``autometrics.worker`` at INFO: what it refit, scored, pushed,
+    alerted) on stderr with a timestamp, without ``-v``: the CLI's root logger shows only
+    warnings, which would hide them.  Restored afterwards (``main()`` may run again in-process)."""
+    wlog = logging.getLogger("autometrics.worker")
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    saved = (wlog.level, wlog.propagate)
+    if wlog.getEffectiveLevel() > logging.INFO:  # -v (DEBUG) stays
+        wlog.setLevel(logging.INFO)
+    wlog.propagate = False  # its records once, through this handler
+    wlog.addHandler(handler)
+    try:
+        yield
+    finally:
+        wlog.removeHandler(handler)
+        wlog.setLevel(saved[0])
+        wlog.propagate = saved[1]
 
 
 def cmd_refit(args) -> int:

@@ -3,6 +3,8 @@
 Shapes kept stable (scripts depend on them; options may be added):
   autometrics fit DATA --target COL [--task TEXT] [--input-col] [--output-col] [--reference-col ...]
                   [--test-size 0.3] [--seed 0] [--top-n 5] [--regression nnls|pls|enet|single|auto] --out DIR
+  autometrics fit sqlite:////abs/app.db|app.db|postgresql+psycopg://... --target FEEDBACK [--project P] [--since 7d|DATE] ...
+                  (from the trace store: the frame the worker refits on)
   autometrics score EVALUATOR DATA --out FILE.csv
   autometrics bank list [--unavailable] | autometrics bank show NAME
   autometrics fit ... [--scaling [--scaling-seeds 3]] [--robustness [--robustness-n 40]]   (report analyses; opt-in)
@@ -29,8 +31,13 @@ def _build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command")
 
     f = sub.add_parser("fit", help="fit an evaluator on labelled data and write evaluator.json + report")
-    f.add_argument("data", help="CSV / JSONL / Parquet file, or demo:simpeval for the built-in demo data")
-    f.add_argument("--target", action="append", required=True, help="human-judgment column (repeat for several)")
+    f.add_argument("data", help="CSV / JSONL / Parquet file, demo:simpeval for the built-in demo data, or a trace store: "
+                               "sqlite:////abs/path/app.db, sqlite:///relative.db, a .db/.sqlite path, postgresql+psycopg://...")
+    f.add_argument("--target", action="append", required=True,
+                   help="human-judgment column; for a trace store the feedback name (repeat for several)")
+    f.add_argument("--project", default=None, help="trace store only: project (default: $AUTOMETRICS_PROJECT, else 'default')")
+    f.add_argument("--since", default=None,
+                   help="trace store only: traces started in the last 30m / 12h / 7d / 2w, or since an ISO date (UTC if no zone)")
     f.add_argument("--task", default=None, help="task description (shown in the report; used by later LLM steps)")
     f.add_argument("--input-col", default="input")
     f.add_argument("--output-col", default="output")
@@ -153,17 +160,11 @@ def _cmd_fit(args) -> int:
 
     metrics = [m.strip() for m in args.metrics.split(",")] if args.metrics else None
     out_root = Path(args.out)
-    from autometrics.evaluators.data import load_dataset
+    from autometrics._cli.store_source import load_fit_data
 
-    ds = load_dataset(
-        args.data,
-        args.target,
-        input_col=args.input_col,
-        output_col=args.output_col,
-        reference_cols=args.reference_col,
-        id_col=args.id_col or None,
-        group_col=args.group_col,
-    )
+    ds, notes = load_fit_data(args)  # a file, demo:NAME, or the trace store (the worker's training frame)
+    for line in notes:
+        print(line)
     for t in args.target:
         info = ds.labels[t]
         print(f"[{t}] label: {info.describe()}; {info.n_labelled} labelled, {info.n_missing} missing")

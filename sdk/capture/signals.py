@@ -48,10 +48,15 @@ def feedback(trace_id: str | None, name: str, value, comment: str | None = None,
 
 def training_frame(feedback_name, **kwargs):
     """The configured store's traces joined with feedback (see ``TraceStore.training_frame``);
-    flushes first so what was just captured is included."""
+    flushes first so what was just captured is included.  Only the configured project's traces
+    (``configure(project=...)``, else ``$AUTOMETRICS_PROJECT``, else ``default``: what the worker and
+    ``autometrics fit`` read); ``project=None`` reads every project."""
+    import os
+
     from ..collectors.store import TraceStore
 
     rt = _get_runtime()
+    kwargs.setdefault("project", rt.cfg.project if rt is not None else os.environ.get("AUTOMETRICS_PROJECT") or "default")
     if rt is not None:
         rt.flush(10.0)
         kwargs.setdefault("aggregate", rt.cfg.feedback_aggregate)

@@ -110,3 +110,38 @@ def test_repr_hides_password():
 
     s = TraceStore("postgresql+psycopg://u:s3cret@127.0.0.1:1/db", migrate=False)
     assert "s3cret" not in repr(s)
+
+
+def test_training_frame_counts_each_llm_calls_tokens_once(store_url):
+    """An observed function that returns a completion records its usage, and the instrumented
+    client span inside it records the same usage: the frame counts it once; siblings add up."""
+    from autometrics.collectors.store import TraceStore
+
+    store = TraceStore(store_url)
+    t = "e" * 32
+    store.write(
+        [
+            _span(0, t, span_id="a" * 16, name="handle", input="q", output="a", input_tokens=None, output_tokens=None,
+                  start_time_ns=0, end_time_ns=100),
+            _span(1, t, span_id="b" * 16, parent_span_id="a" * 16, name="chat m", input_tokens=12, output_tokens=3,
+                  start_time_ns=1, end_time_ns=50),
+            _span(2, t, span_id="c" * 16, parent_span_id="b" * 16, name="chat m", input_tokens=12, output_tokens=3,
+                  start_time_ns=2, end_time_ns=49),
+            _span(3, t, span_id="d" * 16, parent_span_id="a" * 16, name="chat m", input_tokens=5, output_tokens=1,
+                  start_time_ns=60, end_time_ns=90),
+        ],
+        [_fb(9, t, "thumbs", 1.0, 1)],
+    )
+    row = store.training_frame("thumbs").iloc[0]
+    assert (row["input_tokens"], row["output_tokens"]) == (17, 4)
+
+
+def test_count_feedback_per_project(store_url):
+    from autometrics.collectors.store import TraceStore
+
+    store = TraceStore(store_url)
+    a, b = "1" * 32, "2" * 32
+    store.write([_span(0, a, span_id="a" * 16, project="p1"), _span(1, b, span_id="b" * 16, project="p2")],
+                [_fb(10, a, "thumbs", 1.0, 5), _fb(11, b, "thumbs", 0.0, 6), _fb(12, b, "thumbs", 1.0, 7)])
+    assert store.count_feedback("thumbs") == 3
+    assert store.count_feedback("thumbs", project="p1") == 1 and store.count_feedback("thumbs", project="p2") == 2

@@ -1,0 +1,291 @@
+"""Where ``autometrics fit`` reads its data: a file (CSV / JSONL / Parquet, ``demo:NAME``) or the
+trace store itself (``sqlite:///app.db``, ``postgresql+psycopg://...``, or a ``.db`` path).
+
+Why a store source reads through :meth:`Monitor.labelled_frame
+<autometrics.evaluators.continuous.monitor.Monitor.labelled_frame>`: that is the frame the
+continuous worker refits on (latest feedback per trace, numeric labels, traces with a captured
+output), so a fit by hand and the worker's refit see the same rows and cannot drift apart.
+
+Why the URL is recognised here, before anything becomes a ``Path``: ``Path("sqlite:////a/b.db")``
+collapses the slashes to ``sqlite:/a/b.db``, which is how the URL used to reach the file reader
+mangled.  A SQLite URL or path must name an existing file (opening a missing one would create an
+empty store and then report "no traces"), and an empty result is explained: which projects and
+feedback names the store does hold, so the user can fix ``--project`` / ``--target``.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import re
+from pathlib import Path
+
+from autometrics.evaluators.data import DataError, load_dataset
+
+__all__ = ["store_url_of", "parse_since", "load_fit_data", "store_training_frame"]
+
+SQLITE_SUFFIXES = (".db", ".sqlite", ".sqlite3")
+_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*):")
+_DURATION = re.compile(r"^(\d+(?:\.\d+)?)\s*(s|sec|m|min|h|d|w)$")
+_SECONDS = {"s": 1, "sec": 1, "m": 60, "min": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+_URL_HELP = ("write sqlite:////absolute/path/app.db (four slashes), sqlite:///relative/path/app.db, the path of the "
+             ".db file itself, or postgresql+psycopg://user@host/db")
+
+
+def _hidden(url: str) -> str:
+    import sqlalchemy as sa
+
+    return sa.engine.make_url(url).render_as_string(hide_password=True)
+
+
+def store_url_of(data: str) -> str | None:
+    """The trace-store URL ``data`` names (normalised), or None when it names a file or ``demo:``.
+
+    Raises :class:`DataError` for a store URL that cannot work (wrong slashes, in-memory, a
+    missing SQLite file, an unsupported database) with the form that would.
+    """
+    data = str(data)
+    m = _SCHEME.match(data)
+    scheme = m.group(1).lower() if m and len(m.group(1)) > 1 else None  # "C:" is a Windows drive, not a scheme
+    if scheme is None or scheme == "demo":
+        if Path(data).suffix.lower() in SQLITE_SUFFIXES:
+            path = Path(data).expanduser().resolve()
+            if not path.is_file():
+                raise DataError(f"no SQLite trace store at {path}: file not found (current folder: {Path.cwd()}).")
+            return f"sqlite:///{path}"
+        return None
+    base, _, driver = scheme.partition("+")
+    if base == "sqlite":
+        return _sqlite_url(data)
+    if base in ("postgresql", "postgres"):
+        rest = data[len(m.group(0)):]
+        if not rest.startswith("//"):
+            raise DataError(f"{data!r} is not a Postgres URL: write postgresql+psycopg://user@host:5432/dbname.")
+        if not driver:
+            driver = "psycopg" if _has("psycopg") and not _has("psycopg2") else "psycopg2"
+        return f"postgresql+{driver}:{rest}"
+    if "://" in data:
+        raise DataError(f"cannot read {_hidden_or_raw(data)}: {scheme!r} is not a supported data source. `autometrics fit` "
+                        "reads a CSV / TSV / JSONL / JSON / Parquet file, demo:NAME, or a trace store (SQLite or Postgres): "
+                        f"{_URL_HELP}.")
+    return None
+
+
+def _hidden_or_raw(url: str) -> str:
+    try:
+        return _hidden(url)
+    except Exception:
+        return "that URL"  # unparsable: do not echo what may hold a password
+
+
+def _has(module: str) -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec(module) is not None
+
+
+def _sqlite_url(data: str) -> str:
+    """``sqlite:///rel.db`` / ``sqlite:////abs.db`` checked and made absolute (``~`` expanded)."""
+    import sqlalchemy as sa
+
+    if not data.lower().startswith("sqlite:///"):
+        rest = data[len("sqlite:"):].lstrip("/")
+        guess = next((f"sqlite:///{c}" for c in (f"/{rest}", rest) if rest and Path(c).is_file()), None)
+        fix = f"did you mean {guess}? Or " if guess else ""
+        raise DataError(f"{data!r} is not a SQLite URL a store can be read from: {fix}{_URL_HELP}.")
+    try:
+        u = sa.engine.make_url(data)
+    except Exception as exc:
+        raise DataError(f"{data!r} is not a valid SQLite URL ({exc}): {_URL_HELP}.") from exc
+    db = u.database or ""
+    if not db or db == ":memory:" or db.startswith("file::memory:"):
+        raise DataError(f"{data!r} is an in-memory database, which holds no traces: {_URL_HELP}.")
+    path = Path(db).expanduser().resolve()
+    if not path.is_file():
+        hint = ""
+        if not Path(db).is_absolute():
+            hint = (f" sqlite:///{db} (three slashes) is relative to the current folder ({Path.cwd()}); "
+                    f"for /{db} write sqlite:////{db} (four slashes).")
+        raise DataError(f"no SQLite trace store at {path}: file not found.{hint}")
+    return u.set(database=str(path)).render_as_string(hide_password=False)
+
+
+def parse_since(text: str, *, now: dt.datetime | None = None) -> dt.datetime:
+    """``--since``: a duration back from now (``30m``, ``12h``, ``7d``, ``2w``) or an ISO date /
+    date-time (``2024-05-01``, ``2024-05-01T12:00``, ``...Z`` or ``+02:00``; no zone = UTC)."""
+    s = str(text).strip()
+    m = _DURATION.match(s.lower())
+    if m:
+        now = now or dt.datetime.now(dt.timezone.utc)
+        return now - dt.timedelta(seconds=float(m.group(1)) * _SECONDS[m.group(2)])
+    try:
+        when = dt.datetime.fromisoformat(s[:-1] + "+00:00" if s.endswith(("Z", "z")) else s)
+    except ValueError:
+        raise DataError(f"--since {text!r}: use a duration back from now (30m, 12h, 7d, 2w) or an ISO date / date-time "
+                        "(2024-05-01, 2024-05-01T12:00Z).") from None
+    return when if when.tzinfo else when.replace(tzinfo=dt.timezone.utc)
+
+
+def _open_store(url: str):
+    """The store at ``url``, upgraded like the worker's; DataError when it cannot be one."""
+    import sqlalchemy as sa
+    from autometrics.collectors.store import StoreError, TraceStore
+
+    shown = _hidden(url)
+    _check_sqlite_readonly(url, shown)
+    try:
+        store = TraceStore(url, migrate=False)
+        if store.version() == 0:
+            store.dispose()
+            raise DataError(f"{shown} is not an autometrics trace store (no schema_version table). Point at the database "
+                            "your app's autometrics.configure(store_url=...) or `autometrics collector serve --store` writes to.")
+        store.migrate()  # an older store is upgraded in place, as the worker would
+        return store
+    except (ModuleNotFoundError, ImportError) as exc:
+        raise DataError(f"cannot open {shown}: the database driver is not installed ({exc}). "
+                        'Install it (pip install "autometrics-sdk[observe]" brings psycopg) or name it: postgresql+psycopg://...') from exc
+    except StoreError as exc:
+        raise DataError(str(exc)) from exc
+    except sa.exc.SQLAlchemyError as exc:
+        orig = getattr(exc, "orig", None) or exc
+        first = (str(orig).strip().splitlines() or [type(orig).__name__])[0]
+        raise DataError(f"cannot open the trace store {shown}: {type(orig).__name__}: {first}") from exc
+
+
+def _check_sqlite_readonly(url: str, shown: str) -> None:
+    """A SQLite file that is no trace store is refused before the store opens it (which would switch
+    it to WAL mode and add tables): checked read-only with the standard library."""
+    import sqlite3
+
+    import sqlalchemy as sa
+
+    u = sa.engine.make_url(url)
+    if u.get_backend_name() != "sqlite":
+        return
+    try:
+        conn = sqlite3.connect(f"{Path(u.database).as_uri()}?mode=ro", uri=True, timeout=5.0)
+        try:
+            found = conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'schema_version'").fetchone()
+        finally:
+            conn.close()
+    except sqlite3.Error as exc:
+        raise DataError(f"cannot open the trace store {shown}: {type(exc).__name__}: {exc}") from exc
+    if not found:
+        raise DataError(f"{shown} is not an autometrics trace store (no schema_version table). Point at the database "
+                        "your app's autometrics.configure(store_url=...) or `autometrics collector serve --store` writes to.")
+
+
+def store_training_frame(url: str, targets: list[str], project: str, since: dt.datetime | None = None):
+    """One row per trace labelled with any of ``targets``: the worker's training frame
+    (:meth:`Monitor.labelled_frame`) per target, joined on the trace id; traces started before
+    ``since`` left out.  DataError, naming what the store does hold, when a target has no row."""
+    import pandas as pd
+    from autometrics.evaluators.continuous.monitor import Monitor, MonitorConfig
+
+    store = _open_store(url)
+    try:
+        frames = {}
+        for t in targets:
+            f = Monitor(store, MonitorConfig(target=t, project=project)).labelled_frame()
+            if since is not None and len(f):
+                f = f[f["start_time"] >= pd.Timestamp(since)]
+            if f.empty:
+                raise DataError(_why_empty(store, t, project, since))
+            frames[t] = f.set_index("id")
+        rows = pd.concat([f.drop(columns=targets, errors="ignore") for f in frames.values()])
+        frame = rows[~rows.index.duplicated()].sort_values("start_time", kind="stable")
+        for t, f in frames.items():
+            frame[t] = f[t].reindex(frame.index)
+        return frame.drop(columns=["feedback_ns"], errors="ignore").rename_axis("id").reset_index()
+    finally:
+        store.dispose()
+
+
+def _why_empty(store, target: str, project: str, since) -> str:
+    """The one-line reason no labelled trace was found, naming the fix."""
+    import pandas as pd
+
+    where = _hidden(store.url)
+    inv = _inventory(store)
+    if not inv["projects"]:
+        return (f"the trace store {where} has no traces yet. Capture some first (autometrics.configure(store_url=...) "
+                "with @autometrics.observe, or `autometrics collector serve`), or check the URL.")
+    if project not in inv["projects"]:
+        return (f"no traces of project {project!r} in {where}; it holds {_listing(inv['projects'], 'trace')}. "
+                "Pass --project with one of them.")
+    names = inv["feedback"].get(project, {})
+    if target not in names:
+        elsewhere = {p: fb[target] for p, fb in inv["feedback"].items() if target in fb}
+        if elsewhere:
+            hint = f"{target!r} exists in project {_listing(elsewhere, 'trace')}: pass --project"
+        elif names:
+            hint = "pass --target with one of them"
+        else:
+            hint = "record some with autometrics.feedback(trace_id, NAME, value) or POST /v1/feedback"
+        there = f"feedback names there: {_listing(names, 'trace')}" if names else "no feedback there at all"
+        return (f"no feedback named {target!r} on the {inv['projects'][project]} trace(s) of project {project!r} in {where}; "
+                f"{there}. {hint[0].upper()}{hint[1:]}.")
+    raw = store.training_frame(target, project=project)
+    n = len(raw)
+    if not pd.to_numeric(raw[target], errors="coerce").notna().any():
+        kinds = ", ".join(sorted(inv["kinds"].get((project, target), {"?"})))
+        return (f"feedback {target!r} of project {project!r} has no numeric value ({n} trace(s), kind {kinds}); an evaluator "
+                "is fitted on thumbs, likert, numeric or behavioral feedback. Pick another --target.")
+    if not raw["output"].notna().any():
+        return (f"the {n} trace(s) of project {project!r} with {target!r} feedback have no captured output "
+                "(capture_output=False or capture_content=False?); there is nothing to evaluate.")
+    if since is None:
+        return (f"none of the {n} trace(s) of project {project!r} with {target!r} feedback has both a numeric value and "
+                "a captured output; record numeric feedback on traces that captured their output.")
+    newest = pd.Timestamp(raw["start_time"].max()).strftime("%Y-%m-%d %H:%M:%S UTC")
+    return (f"no trace of project {project!r} with {target!r} feedback started since "
+            f"{since:%Y-%m-%d %H:%M:%S %Z}; {n} started earlier (newest {newest}). Widen --since or drop it.")
+
+
+def _listing(counts: dict, unit: str) -> str:
+    items = sorted(counts.items(), key=lambda kv: (-kv[1], str(kv[0])))
+    shown = ", ".join(f"{k!r} ({v} {unit}{'s' if v != 1 else ''})" for k, v in items[:12])
+    return shown + (f" and {len(items) - 12} more" if len(items) > 12 else "")
+
+
+def _inventory(store) -> dict:
+    """Traces per project, feedback names (traces labelled) per project, and feedback kinds:
+    what a user needs to fix ``--project`` / ``--target``.  Aggregates in SQL (no content read)."""
+    import sqlalchemy as sa
+    from autometrics.collectors.store.schema import feedback, spans
+
+    per_trace = sa.select(spans.c.trace_id, spans.c.project).distinct().subquery()
+    q_proj = sa.select(per_trace.c.project, sa.func.count()).group_by(per_trace.c.project)
+    q_fb = (sa.select(per_trace.c.project, feedback.c.name, feedback.c.kind, sa.func.count(sa.distinct(feedback.c.trace_id)))
+            .join(per_trace, per_trace.c.trace_id == feedback.c.trace_id)
+            .group_by(per_trace.c.project, feedback.c.name, feedback.c.kind))
+    out: dict = {"projects": {}, "feedback": {}, "kinds": {}}
+    with store.engine.connect() as conn:
+        for p, n in conn.execute(q_proj):
+            out["projects"][p] = int(n)
+        for p, name, kind, n in conn.execute(q_fb):
+            fb = out["feedback"].setdefault(p, {})
+            fb[name] = fb.get(name, 0) + int(n)  # a trace labelled under two kinds counts once per kind (rare)
+            out["kinds"].setdefault((p, name), set()).add(kind)
+    return out
+
+
+def load_fit_data(args):
+    """``autometrics fit``'s data as a :class:`~autometrics.evaluators.data.Dataset`, plus lines
+    to print about where it came from."""
+    url = store_url_of(args.data)
+    if url is None:
+        for flag, val in (("--project", args.project), ("--since", args.since)):
+            if val is not None:
+                raise DataError(f"{flag} applies to a trace store only; {args.data} is a file: drop {flag}.")
+        ds = load_dataset(args.data, args.target, input_col=args.input_col, output_col=args.output_col,
+                          reference_cols=args.reference_col, id_col=args.id_col or None, group_col=args.group_col)
+        return ds, []
+    project = args.project or os.environ.get("AUTOMETRICS_PROJECT") or "default"
+    since = parse_since(args.since) if args.since is not None else None
+    frame = store_training_frame(url, list(args.target), project, since)
+    window = f", started since {since:%Y-%m-%d %H:%M:%S %Z}" if since else ""
+    label = f"{_hidden(url)} (project {project!r}{window})"
+    ds = load_dataset(frame, args.target, input_col=args.input_col, output_col=args.output_col,
+                      reference_cols=args.reference_col, id_col=args.id_col or None, group_col=args.group_col, source=label)
+    return ds, [f"read {len(frame)} labelled trace(s) from {label}: the frame `autometrics worker` refits on"]
