@@ -163,3 +163,17 @@ def test_soft_clip_is_identity_inside_and_strictly_increasing():
     assert np.array_equal(y[inside], x[inside])
     assert 4.99 < soft_clip(np.array([13.09]), 1, 5)[0] < 5 and np.isnan(soft_clip(np.array([np.nan]), 1, 5)[0])
     assert abs(soft_clip(np.array([4.8 + 1e-9]), 1, 5)[0] - 4.8) < 1e-8  # continuous at the join
+
+
+def test_an_evaluator_written_by_the_pls_release_scores_as_it_did_then():
+    """tests/evaluators/data/evaluator_v1_pls.json was written by the code before the NNLS default
+    (commit f47d3e5's parent) on demo:simpeval, with that code's scores of every row beside it."""
+    import pathlib
+
+    here = pathlib.Path(__file__).parent / "data"
+    old = json.loads((here / "evaluator_v1_pls_scores.json").read_text())
+    ev = Evaluator.load(here / "evaluator_v1_pls.json")
+    assert ev.artifact["method"].get("regression") in (None, "pls")
+    now = ev.score("demo:simpeval").set_index("id")[SCORE_COLUMN]
+    ids = [r[0] for r in old["full"]]
+    np.testing.assert_allclose(now.loc[ids].to_numpy(), [r[1] for r in old["full"]], rtol=1e-9, atol=1e-9)
