@@ -251,10 +251,15 @@ class CollectorSink:
         if feedback:
             items = []
             for r in feedback:  # store rows -> the /v1/feedback request shape
-                it = {"id": r["id"], "trace_id": r["trace_id"], "name": r["name"], "kind": r["kind"],
-                      "value": r["value"] if r.get("value") is not None else r.get("value_text"),
+                # no kind given by the app: send the raw value without a kind, so the collector's store
+                # reads it under the name's stored kind (``0`` under a thumbs name is thumbs down)
+                inferred = bool(r.get("kind_inferred")) and "raw_value" in r
+                it = {"id": r["id"], "trace_id": r["trace_id"], "name": r["name"],
+                      "value": r["raw_value"] if inferred else (r["value"] if r.get("value") is not None else r.get("value_text")),
                       "timestamp": r["created_at_ns"] / 1e9}
-                for k in ("span_id", "comment", "source"):
+                if not inferred:
+                    it["kind"] = r["kind"]
+                for k in ("span_id", "comment", "source", "project", "schema"):
                     if r.get(k) is not None:
                         it[k] = r[k]
                 if r.get("metadata"):

@@ -8,7 +8,10 @@ a store written by an older release keeps its data.
 Writes are idempotent (span ``(trace_id, span_id)`` and feedback ``id`` are primary keys, a
 retried batch inserts nothing twice), which is what lets the collector promise "stored count ==
 acknowledged count".  Every feedback row is kept; "latest wins per name" is applied when reading
-(:meth:`TraceStore.training_frame`), so the history is never lost.
+(:meth:`TraceStore.training_frame`), so the history is never lost.  Feedback is checked in the
+write transaction (:mod:`~autometrics.collectors.store.feedback_rules`): one kind and scale per
+name and project, and a feedback ``id`` re-sent with another value is refused
+(:class:`FeedbackInvalid` / :class:`FeedbackConflict`), so no writer can corrupt a label.
 
 Example::
 
@@ -30,7 +33,8 @@ import sqlalchemy as sa
 
 log = logging.getLogger("autometrics.collectors.store")
 
-__all__ = ["TraceStore", "default_store_url", "SCHEMA_VERSION", "MIGRATIONS", "StoreError", "FEEDBACK_KINDS"]
+__all__ = ["TraceStore", "default_store_url", "SCHEMA_VERSION", "MIGRATIONS", "StoreError", "FEEDBACK_KINDS", "FeedbackInvalid",
+           "FeedbackConflict", "FeedbackRejected"]
 
 from autometrics.collectors.feedback import FEEDBACK_KINDS  # noqa: E402  (re-export)
 from autometrics.collectors.files import data_dir  # noqa: E402
@@ -49,6 +53,11 @@ def default_store_url() -> str:
 
 
 from autometrics.collectors.store.evaluations import EvaluationStore  # noqa: E402
+from autometrics.collectors.store.feedback_rules import (  # noqa: E402
+    FeedbackConflict,
+    FeedbackInvalid,
+    FeedbackRejected,
+)
 from autometrics.collectors.store.schema import (  # noqa: E402
     MIGRATIONS,
     SCHEMA_VERSION,
@@ -162,14 +171,38 @@ class TraceStore(EvaluationStore):
                     seen.setdefault(r["trace_id"], {"trace_id": r["trace_id"], "project": r.get("project"), "first_seen_ns": r.get("start_time_ns")})
                 conn.execute(self._insert(traces, ["trace_id"]), list(seen.values()))
                 conn.execute(self._insert(spans, ["trace_id", "span_id"]), [_span_defaults(r) for r in span_rows])
-            if feedback_rows:
-                conn.execute(self._insert(feedback, ["id"]), [_feedback_defaults(r) for r in feedback_rows])
+            if feedback_rows:  # checked against each name's kind/scale and earlier ids (feedback_rules)
+                from autometrics.collectors.store import feedback_rules
+
+                feedback_rules.write_feedback(conn, self.dialect, self._insert, feedback_rows)
 
     def write_spans(self, rows: Iterable[dict]) -> None:
         self.write(span_rows=rows)
 
     def write_feedback(self, rows: Iterable[dict]) -> None:
         self.write(feedback_rows=rows)
+
+    # ---- feedback rules: one kind and scale per feedback name and project
+    def declare_feedback_schema(self, name: str, kind: str, scale: tuple[float, float] | None = None, *, project: str = "default",
+                                replace: bool = False):
+        """Declare the kind and scale of feedback ``name`` in ``project`` for every writer of this
+        store (SDKs in any process, collectors).  Raises ``ValueError`` when the name already has
+        another kind or declared scale, unless ``replace`` (stored rows are not changed)."""
+        from autometrics.collectors.feedback import make_schema
+        from autometrics.collectors.store import feedback_rules
+
+        if not isinstance(name, str) or not name.strip() or len(name) > 200:
+            raise ValueError(f"feedback name must be a non-empty string of at most 200 characters, not {name!r}")
+        schema = make_schema(kind, scale)
+        with self.engine.begin() as conn:
+            return feedback_rules.declare(conn, self.dialect, self._insert, project, name.strip(), schema, replace)
+
+    def feedback_schemas(self, project: str = "default") -> dict:
+        """{name: FeedbackSchema} of ``project`` (declared, or fixed by the first stored item)."""
+        from autometrics.collectors.store import feedback_rules
+
+        with self.engine.connect() as conn:
+            return {n: s for (_p, n), s in feedback_rules.load_schemas(conn, project=project).items()}
 
     # ---- reads
     def count(self, table: str = "spans") -> int:
@@ -333,12 +366,7 @@ def _aggregate_feedback(rows, how: str):
 
 
 _SPAN_COLS = [c.name for c in spans.columns]
-_FB_COLS = [c.name for c in feedback.columns]
 
 
 def _span_defaults(r: dict) -> dict:
     return {c: r.get(c) for c in _SPAN_COLS}
-
-
-def _feedback_defaults(r: dict) -> dict:
-    return {c: r.get(c) for c in _FB_COLS}

@@ -214,6 +214,55 @@ def _migration_5(conn: sa.Connection) -> None:
     conn.execute(sa.text("CREATE INDEX IF NOT EXISTS ix_apscheduler_jobs_next_run_time ON apscheduler_jobs (next_run_time)"))
 
 
+# ---- feedback rules (schema v6): one kind and scale per feedback name and project
+feedback_schemas = sa.Table(
+    "feedback_schemas",
+    metadata,
+    sa.Column("project", sa.String(200), primary_key=True),
+    sa.Column("name", sa.String(200), primary_key=True),
+    sa.Column("kind", sa.String(32), nullable=False),
+    sa.Column("scale_min", sa.Float),  # inclusive bounds (likert: integers; numeric/behavioral: optional)
+    sa.Column("scale_max", sa.Float),
+    sa.Column("source", sa.String(16), nullable=False),  # declared | first-seen
+    sa.Column("created_at_ns", sa.BigInteger, nullable=False),
+    sa.Column("updated_at_ns", sa.BigInteger, nullable=False),
+)
+
+
+def _migration_6(conn: sa.Connection) -> None:
+    """v6: ``feedback_schemas``, the kind and scale of each feedback name per project (declared, or
+    fixed by the first stored item), so every writer (SDKs, collectors) judges values by one rule.
+    Names already in the store get the kind of their oldest item (first-seen), so a later ``1``
+    under an old thumbs name stays thumbs; a likert scale is 1..5 widened to the stored values."""
+    conn.execute(sa.text(
+        "CREATE TABLE IF NOT EXISTS feedback_schemas (project VARCHAR(200) NOT NULL, name VARCHAR(200) NOT NULL, "
+        "kind VARCHAR(32) NOT NULL, scale_min DOUBLE PRECISION, scale_max DOUBLE PRECISION, source VARCHAR(16) NOT NULL, "
+        "created_at_ns BIGINT NOT NULL, updated_at_ns BIGINT NOT NULL, PRIMARY KEY (project, name))"))
+    import math
+    import time
+
+    found = conn.execute(sa.text(
+        "SELECT COALESCE(t.project, 'default') AS project, f.name, f.kind, MIN(f.created_at_ns) AS first_ns, MIN(f.value) AS lo, "
+        "MAX(f.value) AS hi FROM feedback f LEFT JOIN traces t ON t.trace_id = f.trace_id "
+        "GROUP BY COALESCE(t.project, 'default'), f.name, f.kind")).all()
+    first: dict = {}
+    for project, name, kind, first_ns, lo, hi in found:
+        key = (project[:200], name)
+        if key not in first or (first_ns or 0) < first[key][1]:
+            first[key] = (kind, first_ns or 0, lo, hi)
+    now = time.time_ns()
+    rows = []
+    for (project, name), (kind, _ns, lo, hi) in first.items():
+        smin = smax = None
+        if kind == "likert":
+            smin = float(min(1, math.floor(lo))) if lo is not None else 1.0
+            smax = float(max(5, math.ceil(hi))) if hi is not None else 5.0
+        rows.append({"p": project, "n": name, "k": kind, "lo": smin, "hi": smax, "now": now})
+    if rows:
+        conn.execute(sa.text("INSERT INTO feedback_schemas (project, name, kind, scale_min, scale_max, source, created_at_ns, "
+                             "updated_at_ns) VALUES (:p, :n, :k, :lo, :hi, 'first-seen', :now, :now)"), rows)
+
+
 MIGRATIONS: list[tuple[int, callable]] = [(1, _migration_1), (2, _migration_2), (3, _migration_3), (4, _migration_4),
-                                          (5, _migration_5)]
+                                          (5, _migration_5), (6, _migration_6)]
 SCHEMA_VERSION = MIGRATIONS[-1][0]

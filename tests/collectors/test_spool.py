@@ -267,7 +267,7 @@ def test_collector_refusing_one_item_keeps_the_others(tmp_path, collector):
     w = BatchWriter(sink, interval=0.02, counters=counters, spool=Spool(tmp_path / "s.db", 8 << 20))
     spans = _spans(10)
     rows = _feedback(spans)
-    rows[3] = {**rows[3], "kind": "no-such-kind"}  # the collector answers 400 for this one
+    rows[3] = {**rows[3], "kind": "no-such-kind", "kind_inferred": False}  # the collector answers 400 for this one
     for s in spans:
         w.put("span", s)
     for r in rows:
