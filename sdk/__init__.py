@@ -21,12 +21,14 @@ __all__ = [
     # capture (autometrics.capture; needs the `observe` extra)
     "configure",
     "observe",
+    "instrument",
     "current_trace_id",
     "current_span_id",
     "update_current_span",
     "set_input",
     "set_output",
     "feedback",
+    "feedback_schema",
     "flush",
     "shutdown",
 ]

@@ -51,7 +51,13 @@ Layout (one concern per module; this package re-exports the public API):
   whose span ends with the stream
 * :mod:`~autometrics.capture.spans`: the current span's ids, ``update_current_span``, and
   ``set_input`` / ``set_output`` (what the evaluator sees)
-* :mod:`~autometrics.capture.signals`: ``feedback()`` and ``training_frame()``
+* :mod:`~autometrics.capture.signals`: ``feedback()``, ``feedback_schema()`` and ``training_frame()``
+* :mod:`~autometrics.capture.feedback_rules`: the feedback rules this process knows (declared,
+  or read from the store in the background) and recently sent feedback ids
+* :mod:`~autometrics.capture.instrumentation`: ``instrument("openai", "litellm", "dspy")``: the LLM
+  clients' own OpenTelemetry instrumentations, their GenAI client spans in the same trees
+* :mod:`~autometrics.capture.provider`: the private provider, or the app's own
+  (``configure(tracer_provider=...)``) with autometrics' span processor added to it
 """
 
 from __future__ import annotations
@@ -59,21 +65,24 @@ from __future__ import annotations
 from . import runtime as _runtime_module
 from .config import ObserveConfig
 from .decorator import observe
+from .instrumentation import instrument
 from .runtime import SCOPE as SCOPE
 from .runtime import configure, flush, shutdown, stats
 from .runtime import log as log
-from .signals import feedback, training_frame
+from .signals import feedback, feedback_schema, training_frame
 from .spans import current_span_id, current_trace_id, set_input, set_output, update_current_span
 
 __all__ = [
     "configure",
     "observe",
+    "instrument",
     "current_trace_id",
     "current_span_id",
     "update_current_span",
     "set_input",
     "set_output",
     "feedback",
+    "feedback_schema",
     "flush",
     "shutdown",
     "stats",

@@ -45,12 +45,25 @@ class _Runtime:
         self.writer = BatchWriter(sink, max_queue=cfg.queue_size, batch_size=cfg.batch_size, interval=cfg.flush_interval,
                                   counters=self.counters, errors=self.errors,
                                   spool=Spool.from_config(cfg.spool, cfg.spool_max_mb))
-        attrs = {"service.name": cfg.project, "autometrics.project": cfg.project}
-        if cfg.task:
-            attrs["autometrics.task"] = cfg.task
-        root_sampler = ALWAYS_ON if cfg.sample_rate >= 1.0 else TraceIdRatioBased(cfg.sample_rate)
-        self.provider = TracerProvider(resource=Resource.create(attrs), sampler=ParentBased(root_sampler))
-        self.provider.add_span_processor(StoreSpanProcessor(self.writer))
+        self.store_processor = StoreSpanProcessor(self.writer)
+        self._forwarder = None
+        if cfg.tracer_provider is not None:
+            # the app's own provider makes our spans (one tree in its APM and the store): see capture/provider.py
+            from .provider import StoreForwarder
+
+            try:
+                self._forwarder = StoreForwarder.attach(cfg.tracer_provider, self.store_processor, cfg.project, cfg.task)
+            except ValueError:
+                self.writer.shutdown(0.1)
+                raise
+            self.provider = cfg.tracer_provider
+        else:
+            attrs = {"service.name": cfg.project, "autometrics.project": cfg.project}
+            if cfg.task:
+                attrs["autometrics.task"] = cfg.task
+            root_sampler = ALWAYS_ON if cfg.sample_rate >= 1.0 else TraceIdRatioBased(cfg.sample_rate)
+            self.provider = TracerProvider(resource=Resource.create(attrs), sampler=ParentBased(root_sampler))
+            self.provider.add_span_processor(self.store_processor)
         self.langfuse = None
         if _langfuse_wanted(cfg.langfuse):
             try:
@@ -71,6 +84,8 @@ class _Runtime:
     def shutdown(self, timeout: float) -> bool:
         """Flush and stop, all within ``timeout`` (a down backend cannot hold the exit)."""
         deadline = time.monotonic() + timeout
+        if self._forwarder is not None:  # the app's spans stop coming before the writer closes
+            self._forwarder.detach(self.store_processor)
         ok = self.flush(timeout)
         self.writer.shutdown(0.2)
 
@@ -78,7 +93,8 @@ class _Runtime:
             try:
                 if self.langfuse is not None:
                     self.langfuse.shutdown(max(0.1, deadline - time.monotonic()))
-                self.provider.shutdown()
+                if self._forwarder is None:  # an app's provider is the app's to shut down
+                    self.provider.shutdown()
             except Exception:
                 pass
 

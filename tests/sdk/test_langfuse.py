@@ -57,12 +57,12 @@ def test_sdk_exports_spans_and_scores_without_touching_app_tracing(capture, lang
 
     spans = {s["name"]: s for s in langfuse_server.spans}
     assert set(spans) == {"chat gpt-4o-mini", "handle"}  # ours only: the app's span is not sent to Langfuse
-    llm = spans["chat gpt-4o-mini"]
-    assert llm["trace_id"] == tid and llm["parent_span_id"] == spans["handle"]["span_id"]
-    a = llm["attributes"]
+    chat = spans["chat gpt-4o-mini"]
+    assert chat["trace_id"] == tid and chat["parent_span_id"] == spans["handle"]["span_id"]
+    a = chat["attributes"]
     assert a["gen_ai.request.model"] == "gpt-4o-mini" and a["gen_ai.usage.input_tokens"] == 5
     assert json.loads(a["gen_ai.input.messages"])[0]["parts"][0]["content"] == "hi"
-    assert llm["scope"] == "autometrics" and llm["resource"]["service.name"] == "lf"
+    assert chat["scope"] == "autometrics" and chat["resource"]["service.name"] == "lf"
 
     by_name = {s["name"]: s for s in langfuse_server.scores}
     assert by_name["user_feedback"]["dataType"] == "BOOLEAN" and by_name["user_feedback"]["value"] == 1.0
