@@ -18,7 +18,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-__all__ = ["data_dir", "data_path", "json_safe", "dumps", "atomic_write_text", "package_version", "OVERRIDES"]
+__all__ = ["data_dir", "data_path", "json_safe", "dumps", "atomic_write_text", "atomic_write_files", "package_version",
+           "OVERRIDES"]
 
 # file -> the variable that overrides its location (a path); the default is data_dir() / file
 OVERRIDES = {
@@ -100,6 +101,48 @@ def atomic_write_text(path, text: str, *, encoding: str = "utf-8") -> Path:
             pass
         raise
     return path
+
+
+def _write_temp(path: Path, data: bytes) -> str:
+    """``data`` in a new temporary sibling of ``path`` (flushed to disk); returns its name."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+    except BaseException:
+        _unlink(tmp)
+        raise
+    return tmp
+
+
+def _unlink(tmp: str) -> None:
+    try:
+        os.unlink(tmp)
+    except OSError:
+        pass
+
+
+def atomic_write_files(files: dict, *, encoding: str = "utf-8") -> list[Path]:
+    """Write several files as one step: every file goes to a temporary sibling first, and only
+    when all of them are written (and flushed) are they renamed over their targets.  A failure
+    while writing (disk full, a folder where a file should be, an interrupt) removes the
+    temporaries and leaves every target as it was: an output folder holds the files of one run,
+    never a new evaluator.json beside an old report.  ``files``: path -> text (or bytes)."""
+    staged: list[tuple[str, Path]] = []
+    try:
+        for path, data in files.items():
+            path = Path(path)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            staged.append((_write_temp(path, data.encode(encoding) if isinstance(data, str) else data), path))
+        for tmp, path in staged:
+            os.replace(tmp, path)
+    except BaseException:
+        for tmp, _ in staged:
+            _unlink(tmp)  # those already renamed are gone: nothing to remove
+        raise
+    return [path for _, path in staged]
 
 
 def package_version() -> str:

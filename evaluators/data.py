@@ -17,13 +17,23 @@ import difflib
 import hashlib
 import json
 import math
+import re
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from autometrics.evaluators.tables import (
+    DataError,
+    UserError,
+    as_text,
+    builtin_dataset_path,
+    parse_reference_cell,
+    read_table,
+    row_ref,
+)
 
 __all__ = [
+    "UserError",
     "DataError",
     "Dataset",
     "LabelInfo",
@@ -35,15 +45,14 @@ __all__ = [
 ]
 
 MIN_LABELLED = 10
-DEMO_DIR = Path(__file__).parent / "demo_data"
+#: labels beyond this magnitude are refused: no human judgment is that large, and squares of values near
+#: 1e154 overflow float64 (the regression then fails with "A has a NaN entry")
+MAX_LABEL_MAGNITUDE = 1e12
 
 # Binary vocabularies (lower-cased, stripped).  1 = the positive judgment.
 _POSITIVE = {"true", "yes", "y", "pass", "passed", "good", "up", "thumbs up", "thumbs_up", "thumbsup", "👍", "+1", "positive", "accept", "accepted", "correct"}
 _NEGATIVE = {"false", "no", "n", "fail", "failed", "bad", "down", "thumbs down", "thumbs_down", "thumbsdown", "👎", "-1", "negative", "reject", "rejected", "incorrect"}
-
-
-class DataError(ValueError):
-    """Bad input data; the message names where the problem is and how to fix it."""
+_DECIMAL_COMMA = re.compile(r"^[-+]?\d+,\d+$")
 
 
 @dataclass
@@ -84,61 +93,6 @@ class LabelInfo:
         }
 
 
-def builtin_dataset_path(name: str) -> Path:
-    """``demo:simpeval`` -> the CSV vendored with the package."""
-    path = DEMO_DIR / f"{name}.csv"
-    if not path.exists():
-        available = sorted(p.stem for p in DEMO_DIR.glob("*.csv"))
-        raise DataError(f"no built-in dataset {name!r}; built-in datasets: {', '.join('demo:' + a for a in available)}")
-    return path
-
-
-def _row_ref(source: str, idx: int) -> str:
-    """Human row reference: data row number (1-based) plus, for CSV files, the line."""
-    if source.lower().endswith(".csv"):
-        return f"row {idx + 1} (line {idx + 2} of {Path(source).name})"
-    return f"row {idx + 1}"
-
-
-def read_table(data) -> tuple[pd.DataFrame, str]:
-    """Read CSV / JSONL / JSON / Parquet (by extension) or accept a DataFrame.
-
-    Returns the frame and a source label used in error messages.
-    """
-    if isinstance(data, pd.DataFrame):
-        return data.reset_index(drop=True).copy(), "<DataFrame>"
-    if isinstance(data, str) and data.startswith("demo:"):
-        data = builtin_dataset_path(data[5:])
-    path = Path(data)
-    label = str(path)
-    if not path.exists():
-        raise DataError(f"cannot read {label}: file not found. Check the path (current folder: {Path.cwd()}).")
-    suffix = "".join(s for s in path.suffixes[-2:]).lower()
-    try:
-        if suffix.endswith(".csv") or suffix.endswith(".csv.gz"):
-            frame = pd.read_csv(path, keep_default_na=True)
-        elif suffix.endswith((".jsonl", ".ndjson", ".jsonl.gz")):
-            frame = pd.read_json(path, lines=True, dtype=False)
-        elif suffix.endswith(".json"):
-            frame = pd.read_json(path, dtype=False)
-        elif suffix.endswith((".parquet", ".pq")):
-            frame = pd.read_parquet(path)
-        elif suffix.endswith(".tsv"):
-            frame = pd.read_csv(path, sep="\t")
-        else:
-            raise DataError(
-                f"cannot read {label}: unknown file type {path.suffix!r}. Use .csv, .tsv, .jsonl, .json or .parquet "
-                "(or pass a pandas DataFrame)."
-            )
-    except DataError:
-        raise
-    except Exception as exc:  # parser errors differ per format; all become one clear message
-        raise DataError(f"cannot read {label} as {suffix or 'a table'}: {type(exc).__name__}: {exc}") from exc
-    if frame.empty:
-        raise DataError(f"{label} has no rows.")
-    return frame, label
-
-
 def _require_column(frame: pd.DataFrame, col: str, role: str, source: str, flag: str) -> None:
     if col in frame.columns:
         return
@@ -153,18 +107,23 @@ def _require_column(frame: pd.DataFrame, col: str, role: str, source: str, flag:
 def parse_labels(values: pd.Series, column: str, source: str = "<data>") -> tuple[np.ndarray, LabelInfo]:
     """Parse a target column to floats (NaN = missing) and detect its label kind.
 
-    Numbers pass through; textual binary labels (yes/no, pass/fail, thumbs up/down, ...) map to
-    1/0.  Anything else is an error that shows the offending rows.
+    Numbers pass through; textual binary labels (yes/no, pass/fail, thumbs up/down, true/false,
+    ...) map to 1/0.  One column holds one kind: words next to numbers other than 0/1 (``yes``
+    in a 1-100 rating column) are refused with the rows named, never mapped into the scale.
+    Anything else that is not a label, and values that are not finite or beyond
+    :data:`MAX_LABEL_MAGNITUDE`, are errors that show the offending rows.
     """
     mapping: dict[str, float] = {}
     out = np.full(len(values), np.nan)
     bad: list[tuple[int, object]] = []
+    words: list[tuple[int, object]] = []  # rows whose label came from the binary vocabulary
     for i, v in enumerate(values.tolist()):
         if v is None or (isinstance(v, float) and math.isnan(v)):
             continue
         if isinstance(v, bool | np.bool_):
             out[i] = float(v)
-            mapping[str(v).lower()] = float(v)
+            mapping[str(bool(v)).lower()] = float(v)
+            words.append((i, v))
             continue
         if isinstance(v, int | float | np.integer | np.floating):
             out[i] = float(v)
@@ -178,24 +137,35 @@ def parse_labels(values: pd.Series, column: str, source: str = "<data>") -> tupl
         except ValueError:
             pass
         key = s.lower()
-        if key in _POSITIVE:
-            out[i] = 1.0
-            mapping[key] = 1.0
-        elif key in _NEGATIVE:
-            out[i] = 0.0
-            mapping[key] = 0.0
+        if key in _POSITIVE or key in _NEGATIVE:
+            out[i] = 1.0 if key in _POSITIVE else 0.0
+            mapping[key] = out[i]
+            words.append((i, v))
         else:
             bad.append((i, v))
     if bad:
-        examples = "; ".join(f"{_row_ref(source, i)}: {v!r}" for i, v in bad[:5])
+        examples = "; ".join(f"{row_ref(source, i)}: {v!r}" for i, v in bad[:5])
+        comma = any(isinstance(v, str) and _DECIMAL_COMMA.match(v.strip()) for _, v in bad)
         raise DataError(
             f"{source}: column {column!r} has {len(bad)} value(s) that are not labels: {examples}. "
-            "Use numbers (Likert 1-5, 1-100, z-scores, counts) or binary words (true/false, yes/no, pass/fail, "
+            + ("Write decimals with a point (4.5, not 4,5). " if comma else "")
+            + "Use numbers (Likert 1-5, 1-100, z-scores, counts) or binary words (true/false, yes/no, pass/fail, "
             "thumbs up/down, 1/0); leave a cell empty for a missing label."
         )
-    if np.isinf(out).any():
-        i = int(np.flatnonzero(np.isinf(out))[0])
-        raise DataError(f"{source}: column {column!r} has an infinite value at {_row_ref(source, i)}; use a finite number.")
+    _check_magnitudes(out, column, source)
+    if words:
+        from_words = {j for j, _ in words}
+        numeric = [(i, out[i]) for i in range(len(out)) if not np.isnan(out[i]) and i not in from_words]
+        scale = [(i, x) for i, x in numeric if x not in (0.0, 1.0)]
+        if scale:
+            lo, hi = min(x for _, x in numeric), max(x for _, x in numeric)
+            where = "; ".join(f"{row_ref(source, i)}: {v!r}" for i, v in words[:5])
+            raise DataError(
+                f"{source}: column {column!r} mixes a numeric scale ({len(numeric)} numbers from {lo:g} to {hi:g}) with "
+                f"{len(words)} word label(s) ({where}{'; ...' if len(words) > 5 else ''}). A column must hold one kind of "
+                "label: replace the words by numbers on the scale, empty them (missing label), or keep yes/no labels "
+                "in their own column."
+            )
     labelled = out[~np.isnan(out)]
     n_distinct = int(len(np.unique(labelled))) if len(labelled) else 0
     lo = float(labelled.min()) if len(labelled) else float("nan")
@@ -212,6 +182,19 @@ def parse_labels(values: pd.Series, column: str, source: str = "<data>") -> tupl
         mapping=mapping or None,
     )
     return out, info
+
+
+def _check_magnitudes(out: np.ndarray, column: str, source: str) -> None:
+    """Refuse infinite labels and labels beyond :data:`MAX_LABEL_MAGNITUDE`, naming the rows."""
+    with np.errstate(invalid="ignore"):
+        far = np.flatnonzero(~np.isnan(out) & ~(np.abs(out) <= MAX_LABEL_MAGNITUDE))
+    if len(far):
+        what = "an infinite" if np.isinf(out[far]).all() else "a non-finite or absurdly large"
+        rows = "; ".join(f"{row_ref(source, int(i))}: {out[i]:g}" for i in far[:5])
+        raise DataError(
+            f"{source}: column {column!r} has {len(far)} label(s) with {what} value ({rows}). Labels must be finite "
+            f"numbers within ±{MAX_LABEL_MAGNITUDE:g}; fix those cells or leave them empty (missing label)."
+        )
 
 
 def _label_kind(labelled: np.ndarray, is_int: bool, textual_binary: bool) -> str:
@@ -232,25 +215,17 @@ def _label_kind(labelled: np.ndarray, is_int: bool, textual_binary: bool) -> str
     return "count" if is_int else "continuous"
 
 
-def _parse_reference_cell(v, col: str, idx: int, source: str) -> list[str]:
-    if v is None or (isinstance(v, float) and math.isnan(v)):
-        return []
-    if isinstance(v, list | tuple | np.ndarray):
-        return [str(x) for x in v if x is not None and str(x).strip()]
-    s = str(v)
-    stripped = s.strip()
-    if stripped.startswith('["') or stripped.startswith("['") or (stripped.startswith("[") and stripped.endswith("]")):
-        try:
-            parsed = json.loads(stripped)
-        except json.JSONDecodeError as exc:
-            raise DataError(
-                f"{source}: column {col!r} at {_row_ref(source, idx)} looks like a JSON list but does not parse "
-                f"({exc.msg} at char {exc.pos}). Write it as a JSON list of strings, e.g. [\"ref one\", \"ref two\"]."
-            ) from exc
-        if not isinstance(parsed, list):
-            raise DataError(f"{source}: column {col!r} at {_row_ref(source, idx)} must be a JSON list of strings.")
-        return [str(x) for x in parsed if x is not None and str(x).strip()]
-    return [s] if stripped else []
+def _check_roles(targets: list[str], roles: dict[str, str | None], source: str) -> None:
+    """A column plays one part: a target that is also the output (or input, id, ...) column, or
+    one column given as input and output, is a mix-up of flags, refused before anything runs."""
+    for t in targets:
+        for flag, col in roles.items():
+            if col and col == t:
+                raise DataError(f"{source}: column {t!r} is both the --target and the {flag.split()[0]} column; "
+                                "a judgment cannot also be the text it judges. Check the flags.")
+    if roles.get("--input-col") and roles["--input-col"] == roles.get("--output-col"):
+        raise DataError(f"{source}: --input-col and --output-col both name {roles['--output-col']!r}; pass the column "
+                        "holding the prompts as --input-col and the generated text as --output-col.")
 
 
 @dataclass
@@ -357,11 +332,14 @@ def load_dataset(
     frame, label = read_table(data)
     source = source or label
     frame.columns = [str(c) for c in frame.columns]
-    warnings: list[str] = []
+    warnings: list[str] = [frame.attrs["autometrics_read_note"]] if frame.attrs.get("autometrics_read_note") else []
 
     targets = [target] if isinstance(target, str) else list(target or [])
     if require_target and not targets:
         raise DataError("no target given: pass --target COLUMN naming the human-judgment column.")
+    twice = sorted({t for t in targets if targets.count(t) > 1})
+    if twice:
+        raise DataError(f"target {twice[0]!r} is given more than once; name each --target once.")
 
     _require_column(frame, output_col, "outputs (the generated text to evaluate)", source, "--output-col")
     has_input = input_col in frame.columns
@@ -379,6 +357,9 @@ def load_dataset(
 
     for t in targets:
         _require_column(frame, t, "target (human judgment)", source, "--target")
+    _check_roles(targets, {"--output-col": output_col, "--input-col": input_col if has_input else None,
+                           "--id-col": id_col, "--group-col": group_col,
+                           **{f"--reference-col {c}": c for c in reference_cols}}, source)
 
     out = pd.DataFrame(index=range(len(frame)))
     if id_col and id_col in frame.columns:
@@ -387,7 +368,7 @@ def load_dataset(
         if len(dup):
             first = dup.drop_duplicates().head(3)
             where = "; ".join(
-                f"{v!r} at " + ", ".join(_row_ref(source, int(i)) for i in np.flatnonzero(ids.to_numpy() == v)[:3])
+                f"{v!r} at " + ", ".join(row_ref(source, int(i)) for i in np.flatnonzero(ids.to_numpy() == v)[:3])
                 for v in first
             )
             raise DataError(
@@ -401,8 +382,7 @@ def load_dataset(
         out["id"] = [str(i) for i in range(len(frame))]
 
     def text(col: str) -> list[str]:
-        vals = frame[col].tolist()
-        return ["" if v is None or (isinstance(v, float) and math.isnan(v)) else str(v) for v in vals]
+        return [as_text(v) for v in frame[col].tolist()]
 
     out["input"] = text(input_col) if has_input else [""] * len(frame)
     outputs = text(output_col)
@@ -412,12 +392,17 @@ def load_dataset(
             f"{n_empty} row(s) have a missing or empty {output_col!r}; they are kept and scored as empty text "
             "(a system that produced nothing)."
         )
+    if require_target and n_empty == len(outputs):
+        raise DataError(
+            f"{source}: column {output_col!r} is empty on all {len(outputs)} rows: there is no generated text to evaluate. "
+            "Pass --output-col naming the column that holds the outputs."
+        )
     out["output"] = outputs
 
     refs: list[list[str]] = [[] for _ in range(len(frame))]
     for col in reference_cols:
         for i, v in enumerate(frame[col].tolist()):
-            refs[i].extend(_parse_reference_cell(v, col, i, source))
+            refs[i].extend(parse_reference_cell(v, col, i, source))
     # one reference column is often a copy of the first entry of another: de-duplicate, keep order
     out["references"] = [list(dict.fromkeys(r)) for r in refs]
     has_refs = bool(reference_cols) and any(out["references"].map(len))

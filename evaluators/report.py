@@ -409,13 +409,17 @@ def attach_analyses(result: FitResult, *, scaling=None, robustness=None) -> FitR
 
 
 def write_reports(result: FitResult, out_dir) -> dict[str, Path]:
+    """evaluator.json, report.md and report.html in ``out_dir``, as one step: all three are rendered
+    first and then written with :func:`atomic_write_files`, so a run that fails (in rendering, on a
+    full disk, interrupted) leaves a previous run's three files as they were."""
+    from autometrics.collectors.files import atomic_write_files, dumps
+
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    paths = {
-        "evaluator": result.evaluator.save(out / "evaluator.json"),
-        "markdown": out / "report.md",
-        "html": out / "report.html",
+    paths = {"evaluator": out / "evaluator.json", "markdown": out / "report.md", "html": out / "report.html"}
+    texts = {
+        paths["evaluator"]: dumps(result.evaluator.artifact, indent=2) + "\n",
+        paths["markdown"]: render_markdown(result),
+        paths["html"]: render_html(result),
     }
-    paths["markdown"].write_text(render_markdown(result), encoding="utf-8")
-    paths["html"].write_text(render_html(result), encoding="utf-8")
+    atomic_write_files(texts)
     return paths

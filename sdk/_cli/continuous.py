@@ -21,6 +21,8 @@ import json
 import logging
 import sys
 
+from autometrics._cli.checks import N_BOOT_MAX, at_least, count, fraction, port, positive, seed
+
 __all__ = ["add_commands", "HANDLERS"]
 
 
@@ -33,9 +35,10 @@ def _common(p: argparse.ArgumentParser, *, target_required: bool = True) -> None
 def _fit_opts(p: argparse.ArgumentParser) -> None:
     p.add_argument("--task", default=None, help="task description (default: $AUTOMETRICS_TASK)")
     p.add_argument("--no-llm", action="store_true", help="LLM-free fit (MetricBank + NNLS) even when an LLM is available")
-    p.add_argument("--min-feedback", type=int, default=30, help="no fit below this many labelled traces (default 30)")
-    p.add_argument("--holdout", type=float, default=0.3, help="fraction of the newest feedback held out for champion/challenger")
-    p.add_argument("--n-boot", type=int, default=1000, help="bootstrap resamples (CIs and the paired comparison)")
+    p.add_argument("--min-feedback", type=count(2), default=30, help="no fit below this many labelled traces (default 30)")
+    p.add_argument("--holdout", type=fraction, default=0.3, help="fraction of the newest feedback held out for champion/challenger")
+    p.add_argument("--n-boot", type=count(0, N_BOOT_MAX), default=1000,
+                   help="bootstrap resamples (CIs and the paired comparison; 0: none)")
     p.add_argument("--metrics", default=None, help="comma-separated MetricBank names (default: every reference-free metric)")
 
 
@@ -49,19 +52,19 @@ def _drift_opts(p: argparse.ArgumentParser) -> None:
         "BOTH the two-sample Kolmogorov-Smirnov test and the Population Stability Index say the distribution moved. "
         "Validity decay compares the champion's online scores with feedback that arrived after its fit: an alert when "
         "the fit-time tau is above the new window's 95% CI, a warning when the new window's tau is not significant.")
-    g.add_argument("--drift-ks-alpha", type=float, default=d.ks_alpha, metavar="P",
+    g.add_argument("--drift-ks-alpha", type=fraction, default=d.ks_alpha, metavar="P",
                    help=f"score drift needs the KS p-value below P (default {d.ks_alpha:g}; lower = fewer alerts)")
-    g.add_argument("--drift-psi", type=float, default=d.psi_alert, metavar="X",
+    g.add_argument("--drift-psi", type=at_least(0), default=d.psi_alert, metavar="X",
                    help=f"... and a PSI of at least X (default {d.psi_alert:g}; rule of thumb: 0.1 small shift, 0.25 large)")
-    g.add_argument("--drift-min-scores", type=int, default=d.min_scores, metavar="N",
+    g.add_argument("--drift-min-scores", type=count(2), default=d.min_scores, metavar="N",
                    help=f"no drift test with fewer than N scores on either side (default {d.min_scores})")
-    g.add_argument("--drift-window", type=int, default=200, metavar="N",
+    g.add_argument("--drift-window", type=count(1), default=200, metavar="N",
                    help="newest online scores compared with the fit-time scores (default 200)")
-    g.add_argument("--validity-p", type=float, default=d.validity_p, metavar="P",
+    g.add_argument("--validity-p", type=fraction, default=d.validity_p, metavar="P",
                    help=f"warn when the agreement on new feedback has a p-value above P (default {d.validity_p:g})")
-    g.add_argument("--validity-min-n", type=int, default=d.validity_min_n, metavar="N",
+    g.add_argument("--validity-min-n", type=count(3), default=d.validity_min_n, metavar="N",
                    help=f"no validity verdict on fewer than N new feedback points (default {d.validity_min_n})")
-    g.add_argument("--validity-window", type=int, default=200, metavar="N",
+    g.add_argument("--validity-window", type=count(1), default=200, metavar="N",
                    help="newest feedback after the fit used for validity decay (default 200)")
 
 
@@ -82,20 +85,20 @@ def add_commands(subparsers) -> None:
     w = subparsers.add_parser("worker", help="continuous evaluation service: scheduled refits, online scoring, drift, dashboard")
     _common(w)
     _fit_opts(w)
-    w.add_argument("--refit-interval", type=float, default=3600.0, help="refit every S seconds when there is new feedback (0: off)")
-    w.add_argument("--min-new-feedback", type=int, default=50, help="also refit as soon as N new feedback points arrived (0: off)")
-    w.add_argument("--poll", type=float, default=30.0, help="how often the new-feedback trigger checks (seconds)")
-    w.add_argument("--score-interval", type=float, default=60.0, help="score new traces every S seconds")
-    w.add_argument("--batch-size", type=int, default=256, help="traces per scoring batch")
-    w.add_argument("--settle-seconds", type=float, default=5.0, help="leave traces younger than this for the next round")
+    w.add_argument("--refit-interval", type=at_least(0), default=3600.0, help="refit every S seconds when there is new feedback (0: off)")
+    w.add_argument("--min-new-feedback", type=count(0), default=50, help="also refit as soon as N new feedback points arrived (0: off)")
+    w.add_argument("--poll", type=positive, default=30.0, help="how often the new-feedback trigger checks (seconds)")
+    w.add_argument("--score-interval", type=positive, default=60.0, help="score new traces every S seconds")
+    w.add_argument("--batch-size", type=count(1), default=256, help="traces per scoring batch")
+    w.add_argument("--settle-seconds", type=at_least(0), default=5.0, help="leave traces younger than this for the next round")
     w.add_argument("--dashboard", default=None, help="dashboard HTML to rewrite after each job (default: beside a SQLite store)")
     w.add_argument("--langfuse", choices=["auto", "on", "off"], default="auto", help="push scores/warnings to Langfuse")
-    w.add_argument("--langfuse-max-attempts", type=int, default=10, metavar="N",
+    w.add_argument("--langfuse-max-attempts", type=count(1), default=10, metavar="N",
                    help="failed Langfuse deliveries of a trace's scores (or of an alert) before giving up on it; a trace "
                         "counts as pushed only once Langfuse acknowledged it, a failed one is retried next cycle (default 10)")
     _drift_opts(w)
     w.add_argument("--once", action="store_true", help="run refit (if due), scoring, drift and dashboard once, then exit")
-    w.add_argument("--run-for", type=float, default=None, help="stop after S seconds (default: until SIGINT/SIGTERM)")
+    w.add_argument("--run-for", type=positive, default=None, help="stop after S seconds (default: until SIGINT/SIGTERM)")
     w.add_argument("--no-jobstore", action="store_true", help="keep APScheduler jobs in memory instead of the store's database")
 
     r = subparsers.add_parser("refit", help="refit now: fit a challenger and promote it only if it beats the champion")
@@ -110,38 +113,59 @@ def add_commands(subparsers) -> None:
     vl.add_argument("--json", action="store_true")
     vsh = vs.add_parser("show", help="a version's statistics; --out writes its evaluator.json and report.md")
     _common(vsh)
-    vsh.add_argument("number", type=int, metavar="N")  # not "version": that dest is autometrics --version
+    vsh.add_argument("number", type=count(1, what="a version number"), metavar="N")  # not "version": that dest is autometrics --version
     vsh.add_argument("--out", default=None)
     vc = vs.add_parser("compare", help="two versions on the newest held-out feedback (paired bootstrap of the tau difference)")
     _common(vc)
-    vc.add_argument("a", type=int)
-    vc.add_argument("b", type=int)
-    vc.add_argument("--holdout", type=float, default=0.3)
-    vc.add_argument("--n-boot", type=int, default=1000)
+    vc.add_argument("a", type=count(1, what="a version number"))
+    vc.add_argument("b", type=count(1, what="a version number"))
+    vc.add_argument("--holdout", type=fraction, default=0.3)
+    vc.add_argument("--n-boot", type=count(0, N_BOOT_MAX), default=1000)
     vr = vs.add_parser("rollback", help="make version N the champion again")
     _common(vr)
-    vr.add_argument("number", type=int, metavar="N")
+    vr.add_argument("number", type=count(1, what="a version number"), metavar="N")
 
     d = subparsers.add_parser("dashboard", help="write the built-in dashboard (static HTML), or serve it on 127.0.0.1")
     _common(d)
     d.add_argument("--out", default=None, help="HTML file (default: beside a SQLite store)")
     d.add_argument("--serve", action="store_true", help="serve it (re-rendered on each request) until Ctrl-C")
     d.add_argument("--host", default="127.0.0.1")
-    d.add_argument("--port", type=int, default=8765)
+    d.add_argument("--port", type=port, default=8765)
 
     m = subparsers.add_parser("demo", help="the whole loop on built-in data: traces, feedback, refits, online scoring, dashboard")
     m.add_argument("--no-llm", action="store_true", help="LLM-free fit (MetricBank + NNLS)")
     m.add_argument("--out", default="autometrics-demo", help="folder for the demo's trace store and dashboard")
-    m.add_argument("--seed", type=int, default=0)
-    m.add_argument("--n-boot", type=int, default=500)
+    m.add_argument("--seed", type=seed, default=0)
+    m.add_argument("--n-boot", type=count(0, N_BOOT_MAX), default=500)
     m.add_argument("--serve", action="store_true", help="serve the dashboard on 127.0.0.1 afterwards until Ctrl-C")
-    m.add_argument("--port", type=int, default=8765)
+    m.add_argument("--port", type=port, default=8765)
 
 
-def _monitor(args, **over):
+def _existing_store(url: str | None) -> str | None:
+    """The store URL of a command that only reads the store (refit, versions, dashboard): a SQLite
+    file that does not exist is an error naming it (opening it would create an empty store and
+    report "no versions"), never a new file.  The worker and demo create their store."""
+    from autometrics._cli.store_source import store_url_of
+    from autometrics.collectors.store import default_store_url
+
+    given = url or default_store_url()
+    try:
+        return store_url_of(given) or url
+    except Exception as exc:  # DataError: the message names the file and the URL forms
+        if "file not found" not in str(exc):
+            raise
+        hint = " (the default store; pass --store URL or set AUTOMETRICS_STORE_URL)" if not url else ""
+        raise type(exc)(f"{exc}{hint} Capture traces first, or point --store at the store your app writes to.") from None
+
+
+def _monitor(args, *, create: bool = False, **over):
     import os
 
+    from autometrics._cli.checks import UserError
     from autometrics.evaluators.continuous.monitor import Monitor, MonitorConfig
+
+    if args.store is not None and not args.store.strip():
+        raise UserError("--store is empty; pass a store URL (an empty shell variable?) or leave the flag out.")
 
     cfg = MonitorConfig(target=args.target, project=args.project or os.environ.get("AUTOMETRICS_PROJECT") or "default",
                         task=getattr(args, "task", None) or os.environ.get("AUTOMETRICS_TASK"))
@@ -153,7 +177,7 @@ def _monitor(args, **over):
         cfg.metrics = [x.strip() for x in args.metrics.split(",")] if args.metrics else None
     for k, val in over.items():
         setattr(cfg, k, val)
-    return Monitor(args.store, cfg)
+    return Monitor(args.store if create else _existing_store(args.store), cfg)
 
 
 def _fmt_stats(s: dict) -> str:
@@ -166,9 +190,11 @@ def _fmt_stats(s: dict) -> str:
 def cmd_worker(args) -> int:
     from autometrics.evaluators.continuous.worker import Worker, WorkerOptions, dashboard_default
 
-    if args.langfuse_max_attempts < 1:
-        raise ValueError("--langfuse-max-attempts must be at least 1")
-    mon = _monitor(args, batch_size=args.batch_size, settle_seconds=args.settle_seconds, **_drift_config(args))
+    if args.dashboard:
+        from autometrics._cli.checks import check_page_path
+
+        check_page_path(args.dashboard, flag="--dashboard")
+    mon = _monitor(args, create=True, batch_size=args.batch_size, settle_seconds=args.settle_seconds, **_drift_config(args))
     from autometrics.dashboards.publish import default_publishers
 
     opts = WorkerOptions(refit_interval=args.refit_interval or None, min_new_feedback=args.min_new_feedback or None, poll=args.poll,
@@ -218,8 +244,13 @@ def cmd_refit(args) -> int:
 
 def cmd_versions(args) -> int:
     if not args.versions_command:
-        print("usage: autometrics versions {list,show,compare,rollback} --target NAME", file=sys.stderr)
+        print("error: name a subcommand: autometrics versions {list,show,compare,rollback} --target NAME "
+              "(see `autometrics versions --help`)", file=sys.stderr)
         return 2
+    if getattr(args, "out", None):
+        from autometrics._cli.checks import check_out_folder
+
+        check_out_folder(args.out, ["evaluator.json", "report.md"])
     mon = _monitor(args)
     if args.versions_command == "list":
         vs = mon.versions()
@@ -249,12 +280,11 @@ def cmd_versions(args) -> int:
         if args.out:
             from pathlib import Path
 
-            from autometrics.evaluators.evaluator import Evaluator
+            from autometrics.collectors.files import atomic_write_files, dumps
 
             out = Path(args.out)
-            Evaluator(x["artifact"]).save(out / "evaluator.json")
             report = mon.store.version_report(x["id"])
-            (out / "report.md").write_text(report or "", encoding="utf-8")
+            atomic_write_files({out / "evaluator.json": dumps(x["artifact"], indent=2) + "\n", out / "report.md": report or ""})
             print(f"  wrote {out / 'evaluator.json'}, {out / 'report.md'}")
         return 0
     if args.versions_command == "compare":
@@ -278,6 +308,10 @@ def cmd_versions(args) -> int:
 def cmd_dashboard(args) -> int:
     from autometrics.evaluators.continuous.worker import dashboard_default
 
+    if args.out is not None and not args.serve:
+        from autometrics._cli.checks import check_page_path
+
+        check_page_path(args.out)  # FILE.html, or a folder that gets dashboard.html
     mon = _monitor(args)
     if args.serve:
         from autometrics.dashboards.server import DashboardServer
@@ -294,8 +328,11 @@ def cmd_dashboard(args) -> int:
 
 
 def cmd_demo(args) -> int:
+    from autometrics._cli.checks import check_out_folder
     from autometrics.demo import DEMO_PROJECT, TARGET, run_demo
 
+    out = check_out_folder(args.out, ["traces.db", "dashboard.html"])
+    _not_a_real_store(out / "traces.db", DEMO_PROJECT)
     res = run_demo(args.out, no_llm=args.no_llm, seed=args.seed, n_boot=args.n_boot)
     if args.serve:
         from autometrics.dashboards.server import DashboardServer
@@ -306,6 +343,32 @@ def cmd_demo(args) -> int:
         print(f"serving the dashboard on {srv.url} (Ctrl-C to stop)", flush=True)
         srv.serve_forever()
     return 0
+
+
+def _not_a_real_store(db, demo_project: str) -> None:
+    """The demo deletes and re-creates ``--out/traces.db``: refuse when that file is anything but
+    an earlier demo's store (an app's real trace store must never be replaced by the demo)."""
+    import sqlite3
+    from pathlib import Path
+
+    from autometrics._cli.checks import UserError
+
+    db = Path(db)
+    if not db.exists():
+        return
+    try:
+        conn = sqlite3.connect(f"{db.resolve().as_uri()}?mode=ro", uri=True, timeout=5.0)
+        try:
+            projects = {r[0] for r in conn.execute("SELECT DISTINCT project FROM spans LIMIT 20")}
+        finally:
+            conn.close()
+    except sqlite3.Error:
+        projects = None
+    if projects is None or projects - {demo_project}:
+        others = sorted(projects - {demo_project}) if projects else []
+        what = f"a trace store with project(s) {', '.join(map(repr, others))}" if others else "a file that is not a demo store"
+        raise UserError(f"--out {db.parent} holds {db.name}, {what}; the demo replaces that file. Choose another --out "
+                        "(the default is ./autometrics-demo).")
 
 
 HANDLERS = {"worker": cmd_worker, "refit": cmd_refit, "versions": cmd_versions, "dashboard": cmd_dashboard, "demo": cmd_demo}

