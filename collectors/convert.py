@@ -4,15 +4,65 @@ Both paths share :func:`span_row`, so a span recorded by ``@observe`` in this pr
 sent over OTLP by an application in another language are stored identically.  What a fit needs
 (plain input/output text, model, token usage, error) is pulled out of the OpenTelemetry GenAI
 semantic-convention attributes at ingest; the full attribute set is kept as JSON.
+
+Limits, the same on both paths (a value the store cannot hold must not fail a whole batch, and
+no single field may be huge):
+
+- a string longer than ``max_field_chars`` (default 1 Mi characters, env
+  ``AUTOMETRICS_COLLECTOR_MAX_FIELD_CHARS``) in an attribute (nested values and keys included),
+  the resource, the span name or status message is cut there and ends with a
+  ``…[truncated by autometrics: N characters, limit L]`` marker (the span is kept; the collector
+  reports the truncated fields in OTLP ``partial_success.error_message``);
+- text columns never hold NUL (Postgres cannot) or unpaired surrogates (not UTF-8): they become
+  U+FFFD, while the attributes JSON keeps the exact value (escaped);
+- values no column can hold: a time after 2262-04-11 (``start/endTimeUnixNano`` above 2^63-1:
+  the store keeps signed 64-bit nanoseconds), a token count that is not a whole number in
+  0..2^63-1 (``1e300``, ``-3``, ``"many"``), a project/model/scope/operation longer than its
+  column or not a scalar.  Over OTLP (``strict``) such a span is rejected, named with the field
+  in ``partial_success``, and the other spans of the request are stored; for the SDK's own spans
+  the column is left empty (the attribute JSON still has the value) so the span is never lost.
 """
 
 from __future__ import annotations
 
 import base64
 import json
+import os
+import re
 from collections.abc import Iterable
+from typing import NamedTuple
 
-__all__ = ["span_row", "rows_from_readable_spans", "rows_from_otlp", "parse_otlp_json", "messages_text"]
+__all__ = ["span_row", "rows_from_readable_spans", "rows_from_otlp", "parse_otlp_json", "messages_text", "SpanRejected",
+           "OtlpRows", "MAX_FIELD_CHARS", "field_limit"]
+
+INT64_MAX = 2**63 - 1
+MAX_FIELD_CHARS = 1 << 20
+_WIDTHS = {"project": 200, "scope": 200, "model": 200, "operation": 64}  # the spans table's VARCHAR columns
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+class SpanRejected(ValueError):
+    """A span with a value the store can never hold; ``field`` names it."""
+
+    def __init__(self, field: str, message: str):
+        super().__init__(message)
+        self.field = field
+
+
+class OtlpRows(NamedTuple):
+    rows: list[dict]
+    rejected: int
+    reason: str  # why spans were rejected (first few, with their ids and fields)
+    truncated: list[str]  # fields cut to the field limit, e.g. "attributes['gen_ai.input.messages']"
+
+
+def field_limit() -> int:
+    """The per-field character limit: ``AUTOMETRICS_COLLECTOR_MAX_FIELD_CHARS`` or 1 Mi."""
+    text = os.environ.get("AUTOMETRICS_COLLECTOR_MAX_FIELD_CHARS", "").strip()
+    try:
+        return max(1, int(text)) if text else MAX_FIELD_CHARS
+    except ValueError:
+        raise ValueError(f"AUTOMETRICS_COLLECTOR_MAX_FIELD_CHARS={text!r} is not a whole number") from None
 
 _KINDS = {0: "UNSPECIFIED", 1: "INTERNAL", 2: "SERVER", 3: "CLIENT", 4: "PRODUCER", 5: "CONSUMER"}
 _STATUS = {0: "UNSET", 1: "OK", 2: "ERROR"}
@@ -36,7 +86,7 @@ def messages_text(value) -> str | None:
             return value
         try:
             value = json.loads(s)
-        except ValueError:
+        except (ValueError, RecursionError):  # not JSON (or nested too deep to read): the text as sent
             return value
     msgs = value if isinstance(value, list) else [value]
     texts: list[str] = []
@@ -62,11 +112,115 @@ def messages_text(value) -> str | None:
     return "\n".join(texts)
 
 
-def _int(v):
-    try:
-        return int(v) if v is not None and v != "" else None
-    except (TypeError, ValueError):
+def _cap(v, limit: int, where: str, truncated: list):
+    """``v`` with every string longer than ``limit`` cut (marker appended); the same object if none was."""
+    if isinstance(v, str):
+        if len(v) <= limit:
+            return v
+        truncated.append(where)
+        return v[:limit] + f"…[truncated by autometrics: {len(v)} characters, limit {limit}]"
+    if isinstance(v, (list, tuple)):
+        n = len(truncated)
+        new = [_cap(x, limit, where, truncated) for x in v]
+        return new if len(truncated) > n else v
+    if isinstance(v, dict):
+        n = len(truncated)
+        new = {_cap(k, limit, where, truncated): _cap(x, limit, where, truncated) for k, x in v.items()}
+        return new if len(truncated) > n else v
+    return v
+
+
+def _cap_attrs(attrs: dict, limit: int, prefix: str, truncated: list) -> dict:
+    """An attribute dict with long values cut, each reported as ``prefix['key']``."""
+    out = None
+    for k, v in attrs.items():
+        if isinstance(v, str) and len(v) <= limit and len(k) <= limit:
+            continue
+        n = len(truncated)
+        nk, nv = _cap(k, limit, f"{prefix}[{k[:60]!r}]", truncated), _cap(v, limit, f"{prefix}[{k[:60]!r}]", truncated)
+        if len(truncated) > n:
+            out = dict(attrs) if out is None else out
+            del out[k]
+            out[nk] = nv
+    return attrs if out is None else out
+
+
+def _clean(s: str) -> str:
+    """Text any store can hold: NUL and unpaired surrogates become U+FFFD."""
+    if "\x00" in s:
+        s = s.replace("\x00", "\ufffd")
+    if not s.isascii():
+        try:
+            s.encode("utf-8")
+        except UnicodeEncodeError:
+            s = _SURROGATE.sub("\ufffd", s)
+    return s
+
+
+def _text(v) -> str | None:
+    if v is None:
         return None
+    return _clean(v if isinstance(v, str) else json.dumps(v, ensure_ascii=False, default=str))
+
+
+def _json(obj) -> str:
+    """JSON text any store can hold (an unpaired surrogate is kept escaped, NUL is always escaped)."""
+    s = json.dumps(obj, ensure_ascii=False, default=str)
+    if not s.isascii():
+        try:
+            s.encode("utf-8")
+        except UnicodeEncodeError:
+            s = json.dumps(obj, ensure_ascii=True, default=str)
+    return s
+
+
+def _count(v, field: str, strict: bool) -> int | None:
+    """A token count column: a whole number 0..2^63-1, else SpanRejected (strict) or None."""
+    if v is None or v == "":
+        return None
+    n = None
+    if isinstance(v, int) and not isinstance(v, bool):
+        n = v
+    elif isinstance(v, float) and v.is_integer():
+        n = int(v)
+    elif isinstance(v, str):
+        try:
+            n = int(v.strip())
+        except ValueError:
+            n = None
+    if n is not None and 0 <= n <= INT64_MAX:
+        return n
+    if strict:
+        raise SpanRejected(field, f"attribute {field} = {str(v)[:40]!r} is not a token count (a whole number from 0 to 2^63-1)")
+    return None
+
+
+def _ns(v, field: str, strict: bool) -> int | None:
+    if not v:
+        return None
+    if 0 < v <= INT64_MAX:
+        return v
+    if strict:
+        raise SpanRejected(field, f"{field} = {v} is not storable: the store keeps signed 64-bit nanoseconds since 1970, so the "
+                                  "latest time is 2262-04-11; send nanoseconds (not a larger unit) from a correct clock")
+    return None
+
+
+def _ident(v, field: str, strict: bool) -> str | None:
+    """project/model/scope/operation: a scalar that fits its column."""
+    if v is None:
+        return None
+    if isinstance(v, (dict, list, tuple)):
+        if strict:
+            raise SpanRejected(field, f"{field} must be a string, not {type(v).__name__} {str(v)[:40]}")
+        return None
+    s = _clean(v if isinstance(v, str) else str(v))
+    width = _WIDTHS[field]
+    if len(s) > width:
+        if strict:
+            raise SpanRejected(field, f"{field} is {len(s)} characters long; the store holds at most {width} ({s[:40]!r}...)")
+        return s[:width]
+    return s
 
 
 def span_row(
@@ -85,17 +239,26 @@ def span_row(
     scope: str | None,
     events: Iterable[tuple[str, dict]] = (),
     resource_json: str | None = None,
+    strict: bool = False,
+    max_field_chars: int = MAX_FIELD_CHARS,
+    truncated: list | None = None,
 ) -> dict:
-    """One ``spans`` row; GenAI attributes are lifted into columns."""
-    a = attributes
+    """One ``spans`` row; GenAI attributes are lifted into columns.  ``strict``: raise
+    SpanRejected for a value no column can hold (else that column is left empty); ``truncated``
+    collects the fields cut to ``max_field_chars`` (see the module docstring)."""
+    cut: list = [] if truncated is None else truncated
+    lim = max_field_chars
+    a = _cap_attrs(attributes, lim, "attributes", cut)
+    name = _cap(name, lim, "name", cut)
+    status_message = _cap(status_message, lim, "status.message", cut)
     inp = next((a[k] for k in _INPUT_KEYS if a.get(k) is not None), None)
     out = next((a[k] for k in _OUTPUT_KEYS if a.get(k) is not None), None)
     err_type = a.get("error.type")
     err_msg = status_message or None
     for ev_name, ev_attrs in events:
         if ev_name == "exception":
-            err_type = err_type or ev_attrs.get("exception.type")
-            err_msg = err_msg or ev_attrs.get("exception.message")
+            err_type = err_type or _cap(ev_attrs.get("exception.type"), lim, "events.exception.type", cut)
+            err_msg = err_msg or _cap(ev_attrs.get("exception.message"), lim, "events.exception.message", cut)
     if status == "ERROR" and not err_type:
         err_type = "error"
     project = a.get("autometrics.project") or resource.get("autometrics.project") or resource.get("service.name")
@@ -103,31 +266,36 @@ def span_row(
         "trace_id": trace_id,
         "span_id": span_id,
         "parent_span_id": parent_span_id or None,
-        "name": name,
+        "name": _clean(name),
         "kind": kind,
-        "project": project,
-        "scope": scope,
-        "start_time_ns": start_time_ns,
-        "end_time_ns": end_time_ns,
+        "project": _ident(project, "project", strict),
+        "scope": _ident(scope, "scope", strict),
+        "start_time_ns": _ns(start_time_ns, "startTimeUnixNano", strict),
+        "end_time_ns": _ns(end_time_ns, "endTimeUnixNano", strict),
         "status": status,
-        "error_type": err_type,
-        "error_message": err_msg,
-        "operation": a.get("gen_ai.operation.name"),
-        "model": a.get("gen_ai.request.model") or a.get("gen_ai.response.model") or a.get("langfuse.observation.model.name"),
-        "input_tokens": _int(a.get("gen_ai.usage.input_tokens", a.get("gen_ai.usage.prompt_tokens"))),
-        "output_tokens": _int(a.get("gen_ai.usage.output_tokens", a.get("gen_ai.usage.completion_tokens"))),
-        "input": messages_text(inp),
-        "output": messages_text(out),
-        "attributes": json.dumps(a, ensure_ascii=False, default=str),
-        "resource": resource_json if resource_json is not None else json.dumps(resource, ensure_ascii=False, default=str),
+        "error_type": _text(err_type),
+        "error_message": _text(err_msg),
+        "operation": _ident(a.get("gen_ai.operation.name"), "operation", strict),
+        "model": _ident(a.get("gen_ai.request.model") or a.get("gen_ai.response.model") or a.get("langfuse.observation.model.name"),
+                        "model", strict),
+        "input_tokens": _count(a.get("gen_ai.usage.input_tokens", a.get("gen_ai.usage.prompt_tokens")), "gen_ai.usage.input_tokens",
+                               strict),
+        "output_tokens": _count(a.get("gen_ai.usage.output_tokens", a.get("gen_ai.usage.completion_tokens")),
+                                "gen_ai.usage.output_tokens", strict),
+        "input": _text(messages_text(inp)),
+        "output": _text(messages_text(out)),
+        "attributes": _json(a),
+        "resource": resource_json if resource_json is not None else _json(resource),
     }
 
 
 # --------------------------------------------------------------------------- in-process spans
 
 
-def rows_from_readable_spans(spans) -> list[dict]:
-    """Rows from ``opentelemetry.sdk.trace.ReadableSpan`` objects (the SDK's own spans)."""
+def rows_from_readable_spans(spans, max_field_chars: int | None = None) -> list[dict]:
+    """Rows from ``opentelemetry.sdk.trace.ReadableSpan`` objects (the SDK's own spans); never
+    raises for a value: an unstorable column is left empty, a long field truncated."""
+    lim = max_field_chars or field_limit()
     rows = []
     res_cache: dict[int, tuple] = {}  # spans of one provider share one Resource: encode it once
     for s in spans:
@@ -135,8 +303,8 @@ def rows_from_readable_spans(spans) -> list[dict]:
         res = s.resource
         cached = res_cache.get(id(res))
         if cached is None or cached[0] is not res:
-            cached = res_cache[id(res)] = (res, dict(res.attributes) if res is not None else {},
-                                           json.dumps(dict(res.attributes), ensure_ascii=False, default=str) if res is not None else "{}")
+            attrs = _cap_attrs(dict(res.attributes), lim, "resource", []) if res is not None else {}
+            cached = res_cache[id(res)] = (res, attrs, _json(attrs))
         parent = s.parent
         st = s.status
         rows.append(
@@ -155,6 +323,7 @@ def rows_from_readable_spans(spans) -> list[dict]:
                 scope=s.instrumentation_scope.name if s.instrumentation_scope else None,
                 events=[(e.name, dict(e.attributes or {})) for e in s.events],
                 resource_json=cached[2],
+                max_field_chars=lim,
             )
         )
     return rows
@@ -180,44 +349,59 @@ def _attrs(kvs) -> dict:
     return {kv.key: _any_value(kv.value) for kv in kvs}
 
 
-def rows_from_otlp(request) -> tuple[list[dict], int, str]:
-    """Rows from an ``ExportTraceServiceRequest``; returns (rows, rejected count, reason).
+def rows_from_otlp(request, max_field_chars: int | None = None) -> OtlpRows:
+    """Rows from an ``ExportTraceServiceRequest``.
 
-    A span with a malformed id is rejected (reported back in OTLP ``partial_success``) rather
-    than failing the whole request.
+    Partial acceptance, as OTLP's ``partial_success`` allows: a span with a malformed id or a
+    value the store can never hold (see the module docstring) is rejected and counted, with the
+    first few reasons naming the span and field; every other span of the request becomes a row.
+    Fields cut to ``max_field_chars`` are listed in ``truncated``.
     """
+    lim = max_field_chars or field_limit()
     rows: list[dict] = []
+    reasons: list[str] = []
+    truncated: list[str] = []
     rejected = 0
-    reason = ""
+    index = -1
     for rs in request.resource_spans:
-        resource = _attrs(rs.resource.attributes)
-        resource_json = json.dumps(resource, ensure_ascii=False, default=str)
+        resource = _cap_attrs(_attrs(rs.resource.attributes), lim, "resource", truncated)
+        resource_json = _json(resource)
         for ss in rs.scope_spans:
             scope = ss.scope.name or None
             for sp in ss.spans:
+                index += 1
                 if len(sp.trace_id) != 16 or len(sp.span_id) != 8 or not any(sp.trace_id) or not any(sp.span_id):
                     rejected += 1
-                    reason = "span with an invalid trace_id/span_id (need 16 and 8 non-zero bytes)"
+                    reasons.append(f"span #{index}: invalid traceId/spanId (need 16 and 8 non-zero bytes)")
                     continue
-                rows.append(
-                    span_row(
-                        trace_id=sp.trace_id.hex(),
-                        span_id=sp.span_id.hex(),
-                        parent_span_id=sp.parent_span_id.hex() if len(sp.parent_span_id) == 8 else None,
-                        name=sp.name,
-                        kind=_KINDS.get(sp.kind, "UNSPECIFIED"),
-                        start_time_ns=sp.start_time_unix_nano or None,
-                        end_time_ns=sp.end_time_unix_nano or None,
-                        status=_STATUS.get(sp.status.code, "UNSET"),
-                        status_message=sp.status.message or None,
-                        attributes=_attrs(sp.attributes),
-                        resource=resource,
-                        scope=scope,
-                        events=[(e.name, _attrs(e.attributes)) for e in sp.events],
-                        resource_json=resource_json,
+                try:
+                    rows.append(
+                        span_row(
+                            trace_id=sp.trace_id.hex(),
+                            span_id=sp.span_id.hex(),
+                            parent_span_id=sp.parent_span_id.hex() if len(sp.parent_span_id) == 8 else None,
+                            name=sp.name,
+                            kind=_KINDS.get(sp.kind, "UNSPECIFIED"),
+                            start_time_ns=sp.start_time_unix_nano or None,
+                            end_time_ns=sp.end_time_unix_nano or None,
+                            status=_STATUS.get(sp.status.code, "UNSET"),
+                            status_message=sp.status.message or None,
+                            attributes=_attrs(sp.attributes),
+                            resource=resource,
+                            scope=scope,
+                            events=[(e.name, _attrs(e.attributes)) for e in sp.events],
+                            resource_json=resource_json,
+                            strict=True,
+                            max_field_chars=lim,
+                            truncated=truncated,
+                        )
                     )
-                )
-    return rows, rejected, reason
+                except SpanRejected as exc:
+                    rejected += 1
+                    reasons.append(f"span #{index} (traceId {sp.trace_id.hex()}, spanId {sp.span_id.hex()}): {exc}")
+    more = f"; and {len(reasons) - 5} more" if len(reasons) > 5 else ""
+    reason = f"{rejected} span(s) rejected, the others stored: " + "; ".join(reasons[:5]) + more if reasons else ""
+    return OtlpRows(rows, rejected, reason, truncated)
 
 
 def _hex_ids_to_b64(obj) -> None:

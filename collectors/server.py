@@ -7,9 +7,12 @@ Endpoints:
   optionally ``Content-Encoding: gzip``; answers an OTLP ``ExportTraceServiceResponse`` in the
   request's encoding (``partial_success`` lists spans rejected for bad ids).
 - ``POST /v1/feedback``: JSON object or list of objects ``{trace_id, name, value, comment?,
-  kind?, span_id?, source?, metadata?, id?, timestamp?}`` (``id``: idempotency key;
-  ``timestamp``: when the user gave it, epoch seconds or ISO 8601, default now); answers
-  ``{"accepted": n, "ids": [...]}``.
+  kind?, span_id?, source?, metadata?, id?, timestamp?, project?, schema?}`` (``id``: idempotency
+  key; ``timestamp``: when the user gave it, epoch seconds or ISO 8601, default now;
+  ``project``: default the trace's; ``schema``: ``{"kind", "scale"}`` declared by the sender);
+  answers ``{"accepted": n, "ids": [...]}``.  All or nothing: any item that does not fit its
+  name's kind/scale (or is malformed) gives 400, a re-sent ``id`` with another value 409, each
+  with ``errors: [{index, id, field, code, error}]``, and nothing of the request is stored.
 - ``GET /health``: liveness plus store reachability and counters (no authentication, no secrets).
 
 Why a response means "stored": every request's rows go to one writer thread that commits many
@@ -18,17 +21,22 @@ then answers each of them.  So an acknowledged span or feedback survives ``kill 
 collector, the stored count equals the acknowledged count (writes are idempotent, retries do
 not double-count), and batching gives the throughput (one commit per many requests).
 
-Why the standard library's ``ThreadingHTTPServer``: no extra dependency, HTTP/1.1 keep-alive,
-and the time goes into decoding and SQL anyway (see ``benchmarks/collector_throughput.py``).
+Why the standard library's HTTP server (``http.server`` request handling): no extra dependency,
+HTTP/1.1 keep-alive, and the time goes into decoding and SQL anyway (see
+``benchmarks/collector_throughput.py``); its sockets are served by
+:class:`~autometrics.collectors.http_limits.BoundedHTTPServer`, which a slow or idle client
+cannot hold open (header, body and keep-alive deadlines, a connection bound, no thread per idle
+connection).  Every limit: :class:`~autometrics.collectors.limits.CollectorLimits`.
 
 Authentication: ``Authorization: Bearer KEY`` or ``X-API-Key: KEY``, compared in constant time
-against the configured keys; keys are never logged or stored.  Bodies over ``max_body`` bytes
-(or decompressing beyond ``max_decompressed``) are refused with 413.
+against the configured keys (as soon as the headers are in, before any body is read); keys are
+never logged or stored.  Bodies over ``max_body`` bytes (or decompressing beyond
+``max_decompressed``) are refused with 413.  A value the store can never hold (a number past
+its column, a 200,000-deep JSON) is 400, not 503: retrying cannot help.
 """
 
 from __future__ import annotations
 
-import collections
 import hmac
 import json
 import logging
@@ -37,13 +45,22 @@ import signal
 import sys
 import threading
 import time
-import zlib
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from autometrics.collectors.convert import parse_otlp_json, parse_otlp_protobuf, rows_from_otlp
 from autometrics.collectors.exporter import Counters, RateLimitedLog
-from autometrics.collectors.feedback import make_feedback_row
-from autometrics.collectors.store import TraceStore
+from autometrics.collectors.feedback import FeedbackValueError, make_feedback_row, make_schema
+from autometrics.collectors.group_commit import GroupCommitWriter, Overloaded
+from autometrics.collectors.http_limits import BoundedHTTPServer, BufferedRequestHandler
+from autometrics.collectors.limits import (
+    DECODE_COST,
+    BodyError,
+    ByteBudget,
+    CollectorLimits,
+    decompress,
+    decompress_all,
+    unstorable,
+)
+from autometrics.collectors.store import FeedbackRejected, TraceStore
 
 log = logging.getLogger("autometrics.collectors.server")
 
@@ -52,101 +69,7 @@ __all__ = ["CollectorServer", "serve", "Overloaded"]
 MAX_FEEDBACK_ITEMS = 1000
 
 
-class Overloaded(Exception):
-    """Too many rows waiting for the writer: the client should retry later (HTTP 503)."""
-
-
-class _Job:
-    __slots__ = ("spans", "feedback", "event", "ok", "error")
-
-    def __init__(self, spans, feedback):
-        self.spans = spans
-        self.feedback = feedback
-        self.event = threading.Event()
-        self.ok = False
-        self.error = None
-
-
-class GroupCommitWriter:
-    """One thread commits the rows of many concurrent requests per transaction, then wakes them."""
-
-    def __init__(self, store: TraceStore, counters: Counters, *, max_pending_rows: int = 200_000, max_batch_rows: int = 20_000):
-        self.store = store
-        self.counters = counters
-        self.max_pending_rows = max_pending_rows
-        self.max_batch_rows = max_batch_rows
-        self.errors = RateLimitedLog(log, 30.0)
-        self._jobs: collections.deque[_Job] = collections.deque()
-        self._pending = 0
-        self._cv = threading.Condition()
-        self._stop = False
-        self._thread = threading.Thread(target=self._run, name="collector-writer", daemon=True)
-        self._thread.start()
-
-    def submit(self, spans: list[dict], feedback: list[dict], timeout: float = 30.0) -> None:
-        """Block until the rows are committed; raises Overloaded, TimeoutError or the store's error."""
-        n = len(spans) + len(feedback)
-        job = _Job(spans, feedback)
-        with self._cv:
-            if self._stop:
-                raise Overloaded("collector is shutting down")
-            if self._pending + n > self.max_pending_rows and self._pending:
-                raise Overloaded(f"{self._pending} rows waiting to be written")
-            self._jobs.append(job)
-            self._pending += n
-            self._cv.notify()
-        if not job.event.wait(timeout):
-            raise TimeoutError("the trace store did not commit in time")
-        if not job.ok:
-            raise job.error or RuntimeError("write failed")
-
-    def _run(self) -> None:
-        while True:
-            with self._cv:
-                while not self._jobs and not self._stop:
-                    self._cv.wait()
-                if not self._jobs and self._stop:
-                    return
-                jobs, rows = [], 0
-                while self._jobs and (not jobs or rows + len(self._jobs[0].spans) + len(self._jobs[0].feedback) <= self.max_batch_rows):
-                    j = self._jobs.popleft()
-                    jobs.append(j)
-                    rows += len(j.spans) + len(j.feedback)
-            self._commit(jobs)
-            with self._cv:
-                self._pending -= rows
-
-    def _commit(self, jobs: list[_Job]) -> None:
-        try:
-            self.store.write([r for j in jobs for r in j.spans], [r for j in jobs for r in j.feedback])
-            done = jobs
-        except Exception as exc:
-            self.errors.warning("batch", "collector: batch write of %d request(s) failed, retrying one by one: %s: %s",
-                                len(jobs), type(exc).__name__, str(exc)[:300])
-            done = []
-            for j in jobs:  # isolate a bad request so it cannot fail the others
-                try:
-                    self.store.write(j.spans, j.feedback)
-                    done.append(j)
-                except Exception as exc1:
-                    j.error = exc1
-                    self.counters.add("write_errors")
-                    j.event.set()
-        for j in done:
-            j.ok = True
-            self.counters.add("spans_stored", len(j.spans))
-            self.counters.add("feedback_stored", len(j.feedback))
-            j.event.set()
-
-    def stop(self, timeout: float = 10.0) -> None:
-        with self._cv:
-            self._stop = True
-            self._cv.notify_all()
-        self._thread.join(timeout)
-
-
-class _Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
+class _Handler(BufferedRequestHandler):
     server_version = "autometrics-collector"
     sys_version = ""
 
@@ -175,52 +98,47 @@ class _Handler(BaseHTTPRequestHandler):
         self._send(code, json.dumps({"error": message}).encode(), extra=extra)
 
     def _authorised(self) -> bool:
-        keys = self.app.api_keys
-        if not keys:
-            return True
-        given = self.headers.get("X-API-Key")
-        auth = self.headers.get("Authorization", "")
-        if given is None and auth[:7].lower() == "bearer ":
-            given = auth[7:].strip()
-        if not given:
-            return False
-        g = given.encode()
-        ok = False
-        for k in keys:  # check every key: timing does not reveal which one matched
-            ok |= hmac.compare_digest(g, k)
-        return ok
+        return _key_ok(self.app.api_keys, self.headers)
 
     def _body(self) -> bytes | None:
-        """Request body, decompressed and size-checked; None after an error was sent."""
-        if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
-            self._error(411, "send a Content-Length (chunked bodies are not accepted)")
+        """Request body, decompressed and size-checked, its decoding cost taken from the shared
+        memory budget (``self._held``, given back by do_POST); None after an error was sent."""
+        try:
+            return self._read_body()
+        except BodyError as exc:
+            self.close_connection = self.close_connection or exc.status in (411, 413)
+            self._error(exc.status, str(exc), exc.headers)
             return None
+
+    def _read_body(self) -> bytes:
+        if self.headers.get("Transfer-Encoding") is not None:
+            raise BodyError(411, "send a Content-Length (chunked bodies are not accepted)")
         try:
             n = int(self.headers.get("Content-Length", ""))
         except ValueError:
-            self._error(411, "Content-Length required")
-            return None
+            raise BodyError(411, "Content-Length required") from None
         if n < 0 or n > self.app.max_body:
-            self.close_connection = True
-            self._error(413, f"body of {n} bytes exceeds the limit of {self.app.max_body} bytes")
-            return None
+            raise BodyError(413, f"body of {n} bytes exceeds the limit of {self.app.max_body} bytes (AUTOMETRICS_COLLECTOR_MAX_BODY)")
         data = self.rfile.read(n)
-        enc = self.headers.get("Content-Encoding", "identity").lower()
+        if len(data) != n:
+            raise BodyError(400, f"body has {len(data)} bytes, its Content-Length says {n}")
+        enc = self.headers.get("Content-Encoding", "identity").lower().strip()
         if enc in ("gzip", "x-gzip", "deflate"):
-            try:
-                d = zlib.decompressobj(wbits=31 if "gzip" in enc else 15)
-                out = d.decompress(data, self.app.max_decompressed + 1)
-                if len(out) > self.app.max_decompressed or d.unconsumed_tail:
-                    self._error(413, f"decompressed body exceeds {self.app.max_decompressed} bytes")
-                    return None
-                data = out
-            except zlib.error as exc:
-                self._error(400, f"bad {enc} body: {exc}")
-                return None
-        elif enc not in ("identity", ""):
-            self._error(415, f"unsupported Content-Encoding {enc!r} (use gzip or none)")
-            return None
-        return data
+            plain = decompress(data, enc, self.app.max_decompressed)
+        elif enc in ("identity", ""):
+            plain = data
+        else:
+            raise BodyError(415, f"unsupported Content-Encoding {enc!r} (use gzip or none)")
+        size = plain if isinstance(plain, int) else len(plain)
+        cost, budget = max(size, 1) * DECODE_COST, self.app.decode_budget
+        if cost > budget.total:
+            raise BodyError(413, f"a body of {size} bytes needs about {cost >> 20} MiB to decode, more than the collector's decoding "
+                                 f"memory ({budget.total >> 20} MiB, 3/4 of AUTOMETRICS_COLLECTOR_MEMORY_BUDGET); send smaller batches")
+        if not budget.acquire(cost, self.app.limits.budget_wait):
+            self.app.counters.add("budget_busy")
+            raise BodyError(503, "the collector is decoding other large requests; retry later", {"Retry-After": "1"})
+        self._held = cost
+        return decompress_all(data, enc) if isinstance(plain, int) else plain
 
     def do_GET(self):
         if self.path.split("?")[0] in ("/health", "/healthz", "/v1/health"):
@@ -237,21 +155,26 @@ class _Handler(BaseHTTPRequestHandler):
             self._discard_body()
             return self._error(401, "missing or invalid API key (Authorization: Bearer KEY or X-API-Key)",
                                {"WWW-Authenticate": 'Bearer realm="autometrics"'})
-        data = self._body()
-        if data is None:
-            return
+        self._held = 0
         try:
-            if path == "/v1/traces":
-                self._traces(data)
-            else:
-                self._feedback(data)
+            data = self._body()
+            if data is not None:
+                self._traces(data) if path == "/v1/traces" else self._feedback(data)
         except Overloaded as exc:
             self._error(503, f"overloaded: {exc}; retry later", {"Retry-After": "1"})
         except TimeoutError as exc:
             self._error(503, str(exc), {"Retry-After": "1"})
-        except Exception as exc:  # the store failed: not acknowledged, the client may retry
-            self.app.errors.warning("store", "collector: request not stored: %s: %s", type(exc).__name__, str(exc)[:300])
-            self._error(503, f"trace store unavailable ({type(exc).__name__}); retry later", {"Retry-After": "2"})
+        except Exception as exc:
+            if isinstance(exc, RecursionError):
+                self._error(400, "nothing of this request was stored: its JSON is nested too deeply to read; do not retry")
+            elif unstorable(exc):  # a value in the request, not the store: retrying cannot help
+                self._error(400, f"nothing of this request was stored: it holds a value the trace store cannot keep "
+                                 f"({type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}); fix it, do not retry")
+            else:  # the store failed: not acknowledged, the client may retry
+                self.app.errors.warning("store", "collector: request not stored: %s: %s", type(exc).__name__, str(exc)[:300])
+                self._error(503, f"trace store unavailable ({type(exc).__name__}); retry later", {"Retry-After": "2"})
+        finally:
+            self.app.decode_budget.release(self._held)
 
     def _discard_body(self) -> None:
         try:
@@ -264,26 +187,47 @@ class _Handler(BaseHTTPRequestHandler):
             self.close_connection = True
 
     def _traces(self, data: bytes) -> None:
+        """Partial acceptance (OTLP ``partial_success``): spans with a bad id or a value the store
+        can never hold are rejected and named, the others stored and answered 200; a request none
+        of whose spans can be stored is 400.  Fields cut to the field limit are reported in
+        ``error_message`` as well (with ``rejected_spans`` 0 when every span was kept)."""
         ctype = self.headers.get("Content-Type", "").split(";")[0].strip().lower()
         is_json = ctype == "application/json"
         if ctype not in ("application/x-protobuf", "application/protobuf", "application/json"):
             return self._error(415, "Content-Type must be application/x-protobuf or application/json")
         try:
             req = parse_otlp_json(data) if is_json else parse_otlp_protobuf(data)
-            rows, rejected, reason = rows_from_otlp(req)
-        except Exception as exc:
-            return self._error(400, f"not a valid OTLP ExportTraceServiceRequest: {type(exc).__name__}: {str(exc)[:200]}")
+            got = rows_from_otlp(req, self.app.max_field_chars)
+        except Exception as exc:  # RecursionError (nesting too deep) included
+            msg = str(exc) if len(str(exc)) <= 300 else f"{str(exc)[:120]} ... {str(exc)[-160:]}"  # the cause is at the end
+            return self._error(400, f"not a valid OTLP ExportTraceServiceRequest: {type(exc).__name__}: {msg}")
+        rows, rejected, notes = got.rows, got.rejected, [got.reason] if got.reason else []
         if rows:
-            self.app.writer.submit(rows, [])
-            self.app.forward_spans(req)
+            refused = self._store_spans(rows)
+            if refused:
+                rejected += len(refused)
+                gone = {id(r) for r, _ in refused}
+                rows = [r for r in rows if id(r) not in gone]
+                notes.append(f"{len(refused)} span(s) refused by the store: " + "; ".join(
+                    f"traceId {r['trace_id']} spanId {r['span_id']}: {type(e).__name__}: {str(e).splitlines()[0][:120]}"
+                    for r, e in refused[:3]))
+            if rows:
+                self.app.forward_spans(req)
+        if got.truncated:
+            self.app.counters.add("fields_truncated", len(got.truncated))
+            cut = sorted(set(got.truncated))
+            notes.append(f"{len(got.truncated)} field(s) longer than {self.app.max_field_chars} characters truncated, spans kept "
+                         f"(AUTOMETRICS_COLLECTOR_MAX_FIELD_CHARS): {', '.join(cut[:5])}{' ...' if len(cut) > 5 else ''}")
         self.app.counters.add("spans_acknowledged", len(rows))
         self.app.counters.add("spans_rejected", rejected)
+        if rejected and not rows:
+            return self._error(400, "no span of this request can be stored: " + "; ".join(notes))
         from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
 
         resp = ExportTraceServiceResponse()
-        if rejected:
+        if notes:
             resp.partial_success.rejected_spans = rejected
-            resp.partial_success.error_message = reason
+            resp.partial_success.error_message = "; ".join(notes)
         if is_json:
             from google.protobuf import json_format
 
@@ -292,7 +236,25 @@ class _Handler(BaseHTTPRequestHandler):
         else:
             self._send(200, resp.SerializeToString(), "application/x-protobuf")
 
+    def _store_spans(self, rows: list[dict]) -> list[tuple[dict, Exception]]:
+        """Write ``rows``; when the store refuses a value in them, halve until only the rows it
+        refuses are left out (each write is one transaction); a retryable error propagates."""
+        try:
+            self.app.writer.submit(rows, [])
+            return []
+        except Exception as exc:
+            if not unstorable(exc):
+                raise
+            if len(rows) == 1:
+                return [(rows[0], exc)]
+        mid = len(rows) // 2
+        return self._store_spans(rows[:mid]) + self._store_spans(rows[mid:])
+
     def _feedback(self, data: bytes) -> None:
+        """All or nothing: every item is checked (shape here, each name's kind/scale and earlier
+        ids in the store's write transaction); one bad item refuses the whole request with 400
+        (409 for a re-sent id with another value) listing every bad item by index and field, and
+        nothing is stored, so a client never has to guess which items landed."""
         try:
             payload = json.loads(data)
         except ValueError as exc:
@@ -300,46 +262,99 @@ class _Handler(BaseHTTPRequestHandler):
         items = payload if isinstance(payload, list) else [payload]
         if not items or len(items) > MAX_FEEDBACK_ITEMS:
             return self._error(400, f"send 1..{MAX_FEEDBACK_ITEMS} feedback objects")
-        rows = []
+        rows, problems = [], []
         for i, it in enumerate(items):
-            if not isinstance(it, dict):
-                return self._error(400, f"item {i}: expected an object")
-            unknown = set(it) - {"trace_id", "name", "value", "comment", "kind", "span_id", "source", "metadata", "id", "timestamp"}
-            if unknown:
-                return self._error(400, f"item {i}: unknown field(s) {sorted(unknown)}")
-            if "value" not in it:
-                return self._error(400, f"item {i}: 'value' is required")
-            try:
-                rows.append(make_feedback_row(it.get("trace_id"), it.get("name"), it["value"], it.get("comment"), it.get("kind"),
-                                              it.get("span_id"), it.get("source") or "collector", it.get("metadata"), it.get("id"),
-                                              timestamp=it.get("timestamp")))
-            except ValueError as exc:
-                return self._error(400, f"item {i}: {exc}")
-        self.app.writer.submit([], rows)
+            row = _feedback_row(i, it, problems)
+            if row is not None:
+                rows.append(row)
+        if problems:
+            return self._refused(400, problems)
+        try:
+            self.app.writer.submit([], rows)
+        except FeedbackRejected as exc:
+            return self._refused(exc.status, exc.problems)
         self.app.counters.add("feedback_acknowledged", len(rows))
         self.app.forward_feedback(rows)
         self._json(200, {"accepted": len(rows), "ids": [r["id"] for r in rows]})
 
+    def _refused(self, code: int, problems: list[dict]) -> None:
+        self.app.counters.add(f"http_{code}")
+        self.app.counters.add("feedback_conflict" if code == 409 else "feedback_invalid", len(problems))
+        what = "conflicting feedback id(s)" if code == 409 else "invalid feedback item(s)"
+        head = "; ".join(f"item {p['index']} {p['field']}: {p['error']}" for p in problems[:5])
+        more = f"; and {len(problems) - 5} more" if len(problems) > 5 else ""
+        self._json(code, {"error": f"{len(problems)} {what}, nothing stored: {head}{more}", "accepted": 0, "errors": problems})
 
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-    allow_reuse_address = True
-    request_queue_size = 128
+
+_FEEDBACK_FIELDS = {"trace_id", "name", "value", "comment", "kind", "span_id", "source", "metadata", "id", "timestamp", "project",
+                    "schema"}
+
+
+def _feedback_row(i: int, it, problems: list[dict]) -> dict | None:
+    """The row of request item ``i``, or None with its problem appended (index, id, field, code, error)."""
+
+    def bad(field: str, code: str, error: str) -> None:
+        problems.append({"index": i, "id": it.get("id") if isinstance(it, dict) else None, "field": field, "code": code,
+                         "error": error})
+
+    if not isinstance(it, dict):
+        return bad("item", "not_object", "expected an object")
+    unknown = set(it) - _FEEDBACK_FIELDS
+    if unknown:
+        return bad(sorted(unknown)[0], "unknown_field", f"unknown field(s) {sorted(unknown)}; allowed: {sorted(_FEEDBACK_FIELDS)}")
+    if "value" not in it:
+        return bad("value", "missing", "'value' is required")
+    project = it.get("project")
+    if project is not None and (not isinstance(project, str) or not project.strip() or len(project) > 200):
+        return bad("project", "bad_project", f"project must be a non-empty string of at most 200 characters, not {project!r}")
+    try:
+        declared = None
+        if it.get("schema") is not None:
+            sch = it["schema"]
+            if not isinstance(sch, dict) or "kind" not in sch or set(sch) - {"kind", "scale"}:
+                raise FeedbackValueError('schema must be {"kind": ..., "scale": [low, high]} (scale optional)', field="schema",
+                                         code="bad_schema")
+            declared = make_schema(sch["kind"], sch.get("scale"))
+        return make_feedback_row(it.get("trace_id"), it.get("name"), it["value"], it.get("comment"), it.get("kind"), it.get("span_id"),
+                                 it.get("source") or "collector", it.get("metadata"), it.get("id"), timestamp=it.get("timestamp"),
+                                 project=project.strip() if project else None, schema=declared)
+    except FeedbackValueError as exc:
+        return bad(exc.field, exc.code, str(exc))
+
+
+def _key_ok(keys: list[bytes], headers) -> bool:
+    """``Authorization: Bearer KEY`` or ``X-API-Key: KEY`` is one of ``keys`` (constant time)."""
+    if not keys:
+        return True
+    given = headers.get("X-API-Key")
+    auth = headers.get("Authorization", "")
+    if given is None and auth[:7].lower() == "bearer ":
+        given = auth[7:].strip()
+    if not given:
+        return False
+    g = given.encode()
+    ok = False
+    for k in keys:  # check every key: timing does not reveal which one matched
+        ok |= hmac.compare_digest(g, k)
+    return ok
 
 
 class CollectorServer:
     """The collector: HTTP front, group-commit writer, optional Langfuse forwarding."""
 
     def __init__(self, store: TraceStore | str | None = None, *, host: str = "127.0.0.1", port: int = 4318,
-                 api_keys: list[str] | tuple = (), allow_no_auth: bool = False, max_body: int = 16 << 20,
-                 max_decompressed: int = 64 << 20, langfuse: str = "auto"):
+                 api_keys: list[str] | tuple = (), allow_no_auth: bool = False, max_body: int | None = None,
+                 max_decompressed: int | None = None, langfuse: str = "auto", limits: CollectorLimits | None = None):
         keys = [k for k in (api_keys or []) if k]
         if not keys and not allow_no_auth:
             raise ValueError("no API key configured: pass --api-key / set AUTOMETRICS_COLLECTOR_API_KEYS, or --no-auth for local testing")
         self.api_keys = [k.encode() for k in keys]
         self.store = store if isinstance(store, TraceStore) else TraceStore(store)
-        self.max_body = max_body
-        self.max_decompressed = max_decompressed
+        self.limits = lim = limits or CollectorLimits.from_env()
+        self.max_body = max_body or lim.max_body
+        self.max_decompressed = max_decompressed or lim.max_decompressed
+        self.max_field_chars = lim.max_field_chars
+        self.decode_budget = ByteBudget(lim.memory_budget - lim.memory_budget // 4)
         self.counters = Counters()
         self.errors = RateLimitedLog(log, 30.0)
         self.writer = GroupCommitWriter(self.store, self.counters)
@@ -350,10 +365,20 @@ class CollectorServer:
             from autometrics.collectors.langfuse_export import LangfuseForwarder
 
             self.langfuse = LangfuseForwarder(counters=self.counters, errors=self.errors)
-        self.httpd = _Server((host, port), _Handler)
+        self.httpd = BoundedHTTPServer((host, port), _Handler, lim, ByteBudget(lim.memory_budget // 4), early=self._early,
+                                       body_limit=lambda: self.max_body, event=self.counters.add)
         self.httpd.app = self  # type: ignore[attr-defined]
         self._thread: threading.Thread | None = None
         self.started = time.time()
+
+    def _early(self, method: str, path: str, headers):
+        """Refuse a POST without a valid API key before its body is read (an unauthenticated
+        client cannot make the collector buffer bodies)."""
+        if method == "POST" and path.split("?")[0] in ("/v1/traces", "/v1/feedback") and not _key_ok(self.api_keys, headers):
+            self.counters.add("http_401")
+            return 401, b'{"error": "missing or invalid API key (Authorization: Bearer KEY or X-API-Key)"}', {
+                "WWW-Authenticate": 'Bearer realm="autometrics"'}
+        return None
 
     @property
     def url(self) -> str:
@@ -369,7 +394,10 @@ class CollectorServer:
             self.errors.warning("health", "collector: store check failed: %s", type(exc).__name__)
         body = {"status": "ok" if store_ok else "degraded", "store": "ok" if store_ok else "unreachable", "schema_version": version,
                 "uptime_s": round(time.time() - self.started, 1), "counters": self.counters.snapshot(),
-                "langfuse": self.langfuse.stats() if self.langfuse is not None else None}
+                "langfuse": self.langfuse.stats() if self.langfuse is not None else None,
+                "connections": {"open": len(self.httpd.conns), "workers": len(self.httpd._workers),
+                                "buffered_bytes": self.httpd.budget.used, "decoding_bytes": self.decode_budget.used,
+                                "decoding_peak_bytes": self.decode_budget.peak}}
         return (200 if store_ok else 503), body
 
     def forward_spans(self, request) -> None:
@@ -399,11 +427,13 @@ class CollectorServer:
 
 
 def serve(store_url: str | None = None, *, host: str = "127.0.0.1", port: int = 4318, api_keys: list[str] | None = None,
-          allow_no_auth: bool = False, max_body: int = 16 << 20, langfuse: str = "auto") -> int:
-    """Run the collector until SIGINT/SIGTERM (the ``autometrics collector serve`` command)."""
+          allow_no_auth: bool = False, max_body: int | None = None, langfuse: str = "auto", **limits) -> int:
+    """Run the collector until SIGINT/SIGTERM (the ``autometrics collector serve`` command);
+    ``limits``: :class:`CollectorLimits` fields (None: ``AUTOMETRICS_COLLECTOR_*`` or the default)."""
     keys = list(api_keys or [])
     keys += [k.strip() for k in os.environ.get("AUTOMETRICS_COLLECTOR_API_KEYS", "").split(",") if k.strip()]
-    app = CollectorServer(store_url, host=host, port=port, api_keys=keys, allow_no_auth=allow_no_auth, max_body=max_body, langfuse=langfuse)
+    lim = CollectorLimits.from_env(max_body=max_body, **limits)
+    app = CollectorServer(store_url, host=host, port=port, api_keys=keys, allow_no_auth=allow_no_auth, langfuse=langfuse, limits=lim)
     stopping = threading.Event()
 
     def _term(signum, frame):
@@ -415,7 +445,7 @@ def serve(store_url: str | None = None, *, host: str = "127.0.0.1", port: int = 
     signal.signal(signal.SIGINT, _term)
     auth = f"{len(keys)} API key(s)" if keys else "NO AUTHENTICATION (--no-auth)"
     print(f"autometrics collector listening on {app.url} (store: {app.store!r}; {auth}; "
-          f"langfuse: {'on' if app.langfuse else 'off'})", flush=True)
+          f"langfuse: {'on' if app.langfuse else 'off'}; limits: {lim.describe()})", flush=True)
     try:
         app.serve_forever()
     finally:
