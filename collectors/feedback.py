@@ -41,6 +41,8 @@ _NUMERIC = ("likert", "numeric", "behavioral")
 _SCALED = _NUMERIC  # kinds that take a scale (bounds)
 DEFAULT_LIKERT_SCALE = (1.0, 5.0)
 MAX_LABEL_CHARS = 1000
+MAX_CORRECTION_CHARS = 1 << 20  # a corrected output (it becomes a reference): as long as a span's longest field
+MAX_METADATA_CHARS = 64 << 10  # free-form metadata, as JSON text
 
 
 class FeedbackValueError(ValueError):
@@ -194,11 +196,17 @@ def coerce_value(value, schema: FeedbackSchema, name: str = "feedback") -> tuple
     if isinstance(value, float) and not math.isfinite(value):
         raise FeedbackValueError(f"correction {name!r} must not be {value!r}", code="not_finite")
     if isinstance(value, str):
-        return None, value
-    try:
-        return None, json.dumps(value, ensure_ascii=False, allow_nan=False)
-    except (TypeError, ValueError):
-        raise FeedbackValueError(f"correction {name!r} must be text or JSON, not a {type(value).__name__}", code="wrong_type") from None
+        text = value
+    else:
+        try:
+            text = json.dumps(value, ensure_ascii=False, allow_nan=False)
+        except (TypeError, ValueError):
+            raise FeedbackValueError(f"correction {name!r} must be text or JSON, not a {type(value).__name__}",
+                                     code="wrong_type") from None
+    if len(text) > MAX_CORRECTION_CHARS:
+        raise FeedbackValueError(f"correction {name!r} is {len(text):,} characters, over the {MAX_CORRECTION_CHARS:,} limit",
+                                 code="too_long")
+    return None, text
 
 
 def _timestamp_ns(ts) -> int:
@@ -255,6 +263,12 @@ def make_feedback_row(trace_id, name, value, comment=None, kind=None, span_id=No
     if schema is None:
         schema = make_schema(given or infer_kind(value), source="first-seen")
     num, text = coerce_value(value, schema, name)
+    meta = None
+    if metadata is not None:
+        meta = json.dumps(metadata, default=str)
+        if len(meta) > MAX_METADATA_CHARS:
+            raise FeedbackValueError(f"metadata is {len(meta):,} characters as JSON, over the {MAX_METADATA_CHARS:,} limit",
+                                     field="metadata", code="too_long")
     row = {
         "id": id or uuid.uuid4().hex,
         "trace_id": trace_id,
@@ -266,7 +280,7 @@ def make_feedback_row(trace_id, name, value, comment=None, kind=None, span_id=No
         "comment": None if comment is None else str(comment)[:10_000],
         "source": None if source is None else str(source)[:200],
         "created_at_ns": _timestamp_ns(timestamp),
-        "metadata": json.dumps(metadata, default=str) if metadata is not None else None,
+        "metadata": meta,
     }
     if given is None:
         row["kind_inferred"] = True

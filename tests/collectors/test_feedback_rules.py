@@ -504,3 +504,16 @@ def test_feedback_not_queued_is_not_acknowledged(capture, sqlite_url):
     t = answer("q")
     with pytest.raises(ValueError, match="queue is full"):
         capture.feedback(t, "thumbs", True)
+
+
+def test_oversized_feedback_fields_are_refused_over_http_and_in_process(capture, store_collector, sqlite_url):
+    big = "x" * (10 << 20)  # 10 MB
+    for item, field in [(_item("label", big, kind="categorical"), "value"), (_item("fix", big, kind="correction"), "value"),
+                        (_item("thumbs2", True, metadata={"blob": big}), "metadata")]:
+        code, body = _send(store_collector.url, [item])
+        assert code == 400 and body["errors"][0]["field"] == field and "too_long" in body["errors"][0]["code"], body
+    assert store_collector.store.count("feedback") == 0
+    capture.configure(store_url=sqlite_url, langfuse=False)
+    assert capture.feedback(T_HTTP, "fix", "short fix", kind="correction") is not None
+    assert capture.feedback(T_HTTP, "fix", big, kind="correction") is None
+    assert capture.stats().get("feedback_invalid_too_long") == 1
