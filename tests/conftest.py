@@ -53,18 +53,7 @@ def datasets_dir() -> Path:
 
 # ---- trace stores: SQLite always, Postgres when .ci/postgres.sh exported its URL -------------
 PG_URL = os.environ.get("AUTOMETRICS_TEST_POSTGRES_URL")
-
-
-def fresh_pg_database() -> str:
-    """A new, empty database on the test cluster (each test starts from schema v0)."""
-    import sqlalchemy as sa
-
-    name = "t_" + uuid.uuid4().hex[:12]
-    eng = sa.create_engine(PG_URL, isolation_level="AUTOCOMMIT")
-    with eng.connect() as c:
-        c.execute(sa.text(f"CREATE DATABASE {name}"))
-    eng.dispose()
-    return str(sa.engine.make_url(PG_URL).set(database=name).render_as_string(hide_password=False))
+from pg_databases import fresh_pg_database  # noqa: E402  (a module, not this conftest: several conftests exist)
 
 
 @pytest.fixture

@@ -349,7 +349,7 @@ def test_postgres_store_down_then_back(capture, monkeypatch):
     if not PG_URL or not PG_DIR:
         pytest.skip("needs the throwaway cluster of .ci/postgres.sh (eval \"$(.ci/postgres.sh)\")")
     import sqlalchemy as sa
-    from conftest import fresh_pg_database
+    from pg_databases import fresh_pg_database
 
     url = fresh_pg_database()
     u = sa.engine.make_url(url)
