@@ -55,6 +55,7 @@ def test_llm_report_with_payloads_runs_no_injected_code(fake, tmp_path, monkeypa
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
     if not chromium:
         pytest.skip("chromium not installed (apt-get install chromium); .ci/run installs it")
+    pytest.importorskip("dspy", reason="the generated judges need the `llm` extra (dspy)")
     monkeypatch.setenv("LITELLM_LOCAL_MODEL_COST_MAP", "True")
     rng = np.random.default_rng(0)
     rows = [{"id": f"r{i}", "input": f"question {i}", "output": " ".join(["word"] * k), "score": k + rng.normal(0, 0.3)}
