@@ -1,4 +1,4 @@
-"""Polling helper shared by the tests that wait for a background thread or process."""
+"""Polling helpers shared by the tests that wait for a background thread or process."""
 
 from __future__ import annotations
 
@@ -13,3 +13,27 @@ def wait_until(pred, timeout: float = 10.0, step: float = 0.05) -> bool:
             return True
         time.sleep(step)
     return False
+
+
+def stored_spans(url: str, n: int, capture, timeout: float = 15.0, settle: float = 0.0):
+    """The trace store's spans once at least ``n`` arrived (flushing ``capture`` while waiting:
+    LiteLLM records its span from its logging thread just after the call, so it may come a moment
+    after flush()); ``settle``: wait that much longer and read again, so a span that should not
+    exist would have come by then."""
+    from autometrics.collectors.store import TraceStore
+
+    store = TraceStore(url)
+    got = {}
+
+    def ready():
+        capture.flush(5)
+        got["df"] = store.spans_frame()
+        return len(got["df"]) >= n
+
+    wait_until(ready, timeout, 0.1)
+    if settle:
+        time.sleep(settle)
+        capture.flush(5)
+        got["df"] = store.spans_frame()
+    store.dispose()
+    return got["df"]

@@ -13,7 +13,7 @@ import time
 
 import pytest
 from fake_llm_server import FakeLLMServer
-from waiting import wait_until
+from waiting import stored_spans
 
 pytest.importorskip("opentelemetry.sdk", reason="needs the `observe` extra")
 
@@ -40,24 +40,6 @@ def inst(capture, monkeypatch):
 def _need(*modules):
     for m in modules:
         pytest.importorskip(m, reason=f"needs {m} (the `observe`/`llm` extras)")
-
-
-def _rows(url, n, cap, timeout=15.0):
-    """The stored spans once at least ``n`` arrived (LiteLLM records its span from its logging
-    thread just after the call, so they may come a moment after flush())."""
-    from autometrics.collectors.store import TraceStore
-
-    store = TraceStore(url)
-    got = {}
-
-    def ready():
-        cap.flush(5)
-        got["df"] = store.spans_frame()
-        return len(got["df"]) >= n
-
-    wait_until(ready, timeout, 0.1)
-    store.dispose()
-    return got["df"]
 
 
 def _attrs(row) -> dict:
@@ -90,7 +72,7 @@ def test_openai_calls_and_streams_nest_under_the_observed_call(capture, inst, ll
         return r.choices[0].message.content, streamed
 
     text, streamed = answer("What is OTel?")
-    df = _rows(sqlite_url, 3, capture)
+    df = stored_spans(sqlite_url, 3, capture)
     assert len(df) == 3
     root = df[df["scope"] == "autometrics"].iloc[0]
     chat = df[df["name"] == "chat m-chat"].iloc[0]
@@ -135,7 +117,7 @@ def test_litellm_sync_stream_and_async_calls_nest_and_leave_the_caller_span_alon
 
     out = answer("Why?")
     asyncio.run(answer_async("How?"))
-    df = _rows(sqlite_url, 5, capture)
+    df = stored_spans(sqlite_url, 5, capture)
     assert len(df) == 5, df[["name", "scope"]]
     assert user_metadata == {"team": "a"}  # the caller's metadata dict is not changed
     roots = {r["input"]: r for _, r in df[df["scope"] == "autometrics"].iterrows()}
@@ -168,9 +150,9 @@ def test_dspy_module_and_lm_spans_without_a_duplicate_litellm_span(capture, inst
             return qa(question=question).answer
 
     outs = {engine: answer(f"What is DSPy ({engine})?", engine) for engine in ("auto", "litellm")}
-    df = _rows(sqlite_url, 6, capture)
+    df = stored_spans(sqlite_url, 6, capture)
     time.sleep(1.0)  # a LiteLLM span would be recorded from its logging thread by now
-    df = _rows(sqlite_url, 6, capture)
+    df = stored_spans(sqlite_url, 6, capture)
     assert len(df) == 6, df[["name", "scope"]]  # per call: observed call, module, LM call; no second LiteLLM span
     for engine, out in outs.items():
         root = df[(df["scope"] == "autometrics") & (df["input"].str.contains(engine, regex=False))].iloc[0]
@@ -206,7 +188,7 @@ def test_streams_returned_by_the_observed_call_end_both_spans_with_the_text(capt
 
         texts = {fn.__name__: "".join(c.choices[0].delta.content or "" for c in fn(fn.__name__) if c.choices)
                  for fn in (via_openai, via_litellm)}
-    df = _rows(sqlite_url, 4, capture)
+    df = stored_spans(sqlite_url, 4, capture)
     for name, model in (("via_openai", "m-o"), ("via_litellm", "m-l")):
         root = df[(df["scope"] == "autometrics") & (df["input"] == name)]
         assert len(root) == 1, df[["name", "output"]]
@@ -225,7 +207,7 @@ def test_capture_content_off_drops_messages_whatever_the_order(capture, inst, ll
     client = openai.OpenAI(base_url=llm.url, api_key="k")
     client.chat.completions.create(model="m", messages=[{"role": "system", "content": "secret system"},
                                                         {"role": "user", "content": "my card 4111"}])
-    df = _rows(sqlite_url, 1, capture)
+    df = stored_spans(sqlite_url, 1, capture)
     row = df.iloc[0]
     assert row["name"] == "chat m" and row["input_tokens"] > 0
     assert row["input"] is None and row["output"] is None
@@ -243,13 +225,13 @@ def test_instrument_follows_a_later_configure_and_uninstrument_stops(capture, in
     client.chat.completions.create(model="m1", messages=[{"role": "user", "content": "a"}])
     capture.configure(store_url=second, langfuse=False, spool=False, project="two")
     client.chat.completions.create(model="m2", messages=[{"role": "user", "content": "b"}])
-    assert list(_rows(first, 1, capture)["name"]) == ["chat m1"]
-    df = _rows(second, 1, capture)
+    assert list(stored_spans(first, 1, capture)["name"]) == ["chat m1"]
+    df = stored_spans(second, 1, capture)
     assert list(df["name"]) == ["chat m2"] and list(df["project"]) == ["two"]
     assert inst.uninstrument("openai") == ["openai"] and inst.instrumented() == []
     client.chat.completions.create(model="m3", messages=[{"role": "user", "content": "c"}])
     capture.flush()
-    assert list(_rows(second, 1, capture)["name"]) == ["chat m2"]
+    assert list(stored_spans(second, 1, capture)["name"]) == ["chat m2"]
 
 
 def test_client_errors_propagate_unchanged_and_are_recorded(capture, inst, sqlite_url):
@@ -262,7 +244,7 @@ def test_client_errors_propagate_unchanged_and_are_recorded(capture, inst, sqlit
         client = openai.OpenAI(base_url=srv.url, api_key="k", max_retries=0)
         with pytest.raises(openai.InternalServerError):
             client.chat.completions.create(model="m", messages=[{"role": "user", "content": "x"}])
-    row = _rows(sqlite_url, 1, capture).iloc[0]
+    row = stored_spans(sqlite_url, 1, capture).iloc[0]
     assert row["status"] == "ERROR" and row["error_type"] and row["kind"] == "CLIENT"
 
 
@@ -327,7 +309,7 @@ def test_app_tracer_provider_gives_one_tree_in_the_app_exporter_and_the_store(ca
         answer("hi")
     with app.start_as_current_span("GET /health"):  # a trace without capture spans
         pass
-    df = _rows(sqlite_url, 4, capture)
+    df = stored_spans(sqlite_url, 4, capture)
     exported = {s.name for s in exporter.get_finished_spans()}
     assert len(exported) == 6 and {"GET /ask", "auth", "retrieve", "chat m", "GET /health"} <= exported  # ours too
     trace_id = format(http.get_span_context().trace_id, "032x")
@@ -351,7 +333,7 @@ def test_app_tracer_provider_gives_one_tree_in_the_app_exporter_and_the_store(ca
 
     assert sum(isinstance(p, StoreForwarder) for p in provider._active_span_processor._span_processors) == 1
     answer("again")
-    assert len(_rows(sqlite_url, 7, capture)) == 7  # observed call + its app span + client span
+    assert len(stored_spans(sqlite_url, 7, capture)) == 7  # observed call + its app span + client span
 
 
 def test_app_tracer_provider_must_be_an_sdk_provider(capture, sqlite_url):

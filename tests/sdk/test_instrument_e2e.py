@@ -11,10 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 
 import pytest
-from waiting import wait_until
+from waiting import stored_spans
 
 pytestmark = pytest.mark.slow
 
@@ -45,26 +44,6 @@ def inst(capture, monkeypatch, sqlite_url):
     capture.configure(store_url=sqlite_url, langfuse=False, spool=False, project="e2e")
     yield mod
     mod.uninstrument()
-
-
-def _rows(url, n, cap, settle=0.0):
-    from autometrics.collectors.store import TraceStore
-
-    store = TraceStore(url)
-    got = {}
-
-    def ready():
-        cap.flush(5)
-        got["df"] = store.spans_frame()
-        return len(got["df"]) >= n
-
-    wait_until(ready, 20, 0.1)
-    if settle:  # a span that should not exist would have come by now
-        time.sleep(settle)
-        cap.flush(5)
-        got["df"] = store.spans_frame()
-    store.dispose()
-    return got["df"]
 
 
 def _attrs(row) -> dict:
@@ -110,7 +89,7 @@ def test_openai_client_against_the_real_local_llm(local_server, capture, inst, s
         return r.choices[0].message.content
 
     out = answer(QUESTION)
-    df = _rows(sqlite_url, 3, capture)
+    df = stored_spans(sqlite_url, 3, capture, timeout=20)
     root = df[df["scope"] == "autometrics"].iloc[0]
     calls = df[df["scope"] == "opentelemetry.instrumentation.genai.openai"].sort_values("start_time_ns")
     assert len(calls) == 2
@@ -150,7 +129,7 @@ def test_litellm_against_the_real_local_llm(local_server, capture, inst, sqlite_
 
     out = answer(QUESTION)
     out_async = asyncio.run(answer_async(QUESTION))
-    df = _rows(sqlite_url, 5, capture)
+    df = stored_spans(sqlite_url, 5, capture, timeout=20)
     roots = df[df["scope"] == "autometrics"].sort_values("start_time_ns")
     calls = df[df["scope"] == "litellm"].sort_values("start_time_ns")
     assert len(roots) == 2 and len(calls) == 3
@@ -184,7 +163,7 @@ def test_dspy_predict_against_the_real_local_llm(local_server, capture, inst, sq
 
     answer(QUESTION)
     print(f"\nDSPy with the 0.5B model: answer {seen.get('answer')!r}, error {seen.get('error')!r}")
-    df = _rows(sqlite_url, 3, capture, settle=1.0)
+    df = stored_spans(sqlite_url, 3, capture, timeout=20, settle=1.0)
     root = df[df["scope"] == "autometrics"].iloc[0]
     module = df[df["parent_span_id"] == root["span_id"]].iloc[0]
     assert module["name"] == "invoke_workflow Predict" and module["input"] == QUESTION
