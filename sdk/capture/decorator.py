@@ -28,7 +28,6 @@ from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
-from . import runtime
 from .content import StreamText, _input_messages, _output_messages, _result_fields, provider_from_model
 from .runtime import _get_runtime, _internal, _Runtime
 from .spans import _CALL_KEY, _UNSET, _Call
@@ -98,7 +97,9 @@ def _capture_error(rt: _Runtime, spec: _Spec, span, what: str, exc: Exception) -
     rt.errors.warning(f"capture:{spec.name}:{what}:{type(exc).__name__}", "autometrics: %s of %s", reason, spec.name)
 
 
-def _start(rt: _Runtime, spec: _Spec, args, kwargs):
+def _start(rt: _Runtime, spec: _Spec, args, kwargs, *, attach: bool = True):
+    """Open the call's span; ``attach``: make it current now and return the context token (the
+    stream wrappers attach it around each step instead, so they pass False and get None)."""
     span = rt.tracer.start_span(spec.name, kind=spec.kind, attributes=spec.attrs)
     call = _Call(spec, span)
     if span.is_recording() and rt.cfg.capture_content and spec.capture_input is not False:
@@ -113,7 +114,21 @@ def _start(rt: _Runtime, spec: _Spec, args, kwargs):
         except Exception as exc:  # never record a wrong or unredacted input
             _capture_error(rt, spec, span, "input", exc)
     call.ctx = otel_context.set_value(_CALL_KEY, call, trace.set_span_in_context(span))
-    return call, otel_context.attach(call.ctx)
+    return call, (otel_context.attach(call.ctx) if attach else None)
+
+
+def _start_stream(spec: _Spec, args, kwargs):
+    """(runtime, call) for an observed generator function, or (runtime, None) to run it uncaptured
+    (capture off, or capture's own failure, counted).  Calling a generator function only creates
+    the generator and runs none of its code, so nothing needs the span current until the first step."""
+    rt = _get_runtime()
+    if rt is None:
+        return None, None
+    try:
+        return rt, _start(rt, spec, args, kwargs, attach=False)[0]
+    except Exception as exc:
+        _internal(rt, "observe", exc)
+        return rt, None
 
 
 def _end(rt: _Runtime, call: _Call, token, *, result=None, error: BaseException | None = None) -> None:
@@ -229,15 +244,15 @@ def _pick(name: str):
     return pick
 
 
-def _selector(value, what: str, fn_name: str, sig: inspect.Signature | None) -> Callable | None:
+def _selector(value, what: str, qualname: str, sig: inspect.Signature | None) -> Callable | None:
     if value is None or callable(value):
         return value
     if not isinstance(value, str):
-        raise TypeError(f"@observe({what}=...) on {fn_name}() must be a name (str) or a function, not {type(value).__name__}")
+        raise TypeError(f"@observe({what}=...) on {qualname}() must be a name (str) or a function, not {type(value).__name__}")
     if what == "input" and sig is not None:
         params = sig.parameters
         if value not in params and not any(p.kind is p.VAR_KEYWORD for p in params.values()):
-            raise ValueError(f"@observe(input={value!r}) on {fn_name}(): it has no parameter {value!r} (parameters: "
+            raise ValueError(f"@observe(input={value!r}) on {qualname}(): it has no parameter {value!r} (parameters: "
                              f"{', '.join(params) or 'none'}); name one of them, or pass input=lambda args: ...")
     return _pick(value)
 
@@ -308,13 +323,12 @@ def observe(
     except (TypeError, ValueError):
         sig, params = None, []
     qualname = (getattr(func, "__qualname__", None) or getattr(func, "__name__", "call")).split("<locals>.")[-1]
-    fn_name = qualname
     if input is not None and capture_input is False:
-        raise ValueError(f"@observe on {fn_name}(): input= and capture_input=False contradict each other; drop one")
+        raise ValueError(f"@observe on {qualname}(): input= and capture_input=False contradict each other; drop one")
     if output is not None and capture_output is False:
-        raise ValueError(f"@observe on {fn_name}(): output= and capture_output=False contradict each other; drop one")
-    in_sel = _selector(input, "input", fn_name, sig)
-    out_sel = _selector(output, "output", fn_name, sig)
+        raise ValueError(f"@observe on {qualname}(): output= and capture_output=False contradict each other; drop one")
+    in_sel = _selector(input, "input", qualname, sig)
+    out_sel = _selector(output, "output", qualname, sig)
 
     op = operation or ("chat" if model is not None else None)
     kind, auto_name = SpanKind.INTERNAL, False
@@ -344,24 +358,12 @@ def observe(
     if inspect.isasyncgenfunction(func):
         @functools.wraps(func)
         async def agen_wrapper(*args, **kwargs):
-            rt = _get_runtime()
-            try:
-                call, token = _start(rt, spec, args, kwargs) if rt is not None else (None, None)
-                if token is not None:
-                    otel_context.detach(token)  # re-attached around each step of the stream
-            except Exception as exc:
-                _internal(rt, "observe", exc)
-                call = None
+            rt, call = _start_stream(spec, args, kwargs)
             if call is None:
                 async for item in func(*args, **kwargs):
                     yield item
                 return
-            tok = otel_context.attach(call.ctx)
-            try:
-                agen = func(*args, **kwargs)
-            finally:
-                otel_context.detach(tok)
-            driver = drive_async_generator(agen, call.ctx, StreamText(), functools.partial(_finish_stream, rt, call))
+            driver = drive_async_generator(func(*args, **kwargs), call.ctx, StreamText(), functools.partial(_finish_stream, rt, call))
             step, arg = driver.asend, None
             while True:
                 try:
@@ -382,22 +384,10 @@ def observe(
     if inspect.isgeneratorfunction(func):
         @functools.wraps(func)
         def gen_wrapper(*args, **kwargs):
-            rt = _get_runtime()
-            try:
-                call, token = _start(rt, spec, args, kwargs) if rt is not None else (None, None)
-                if token is not None:
-                    otel_context.detach(token)  # re-attached around each step of the stream
-            except Exception as exc:
-                _internal(rt, "observe", exc)
-                call = None
+            rt, call = _start_stream(spec, args, kwargs)
             if call is None:
                 return (yield from func(*args, **kwargs))
-            tok = otel_context.attach(call.ctx)
-            try:
-                gen = func(*args, **kwargs)
-            finally:
-                otel_context.detach(tok)
-            return (yield from drive_generator(gen, call.ctx, StreamText(), functools.partial(_finish_stream, rt, call)))
+            return (yield from drive_generator(func(*args, **kwargs), call.ctx, StreamText(), functools.partial(_finish_stream, rt, call)))
 
         mark_observed(gen_wrapper)
         return gen_wrapper
@@ -424,7 +414,7 @@ def observe(
 
     @functools.wraps(func)
     def wrapper(*args, **kwargs):
-        rt = runtime._runtime if runtime._runtime is not None else _get_runtime()
+        rt = _get_runtime()
         if rt is None:
             return func(*args, **kwargs)
         try:
