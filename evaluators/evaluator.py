@@ -97,6 +97,7 @@ class Evaluator:
             )
         self.artifact = artifact
         self.source = "evaluator"  # the file it was loaded from, for error messages
+        self._built: list[Metric] | None = None  # the metric objects, see _metrics()
 
     # ------------------------------------------------------------------ io
     @classmethod
@@ -150,6 +151,10 @@ class Evaluator:
 
     # --------------------------------------------------------------- scoring
     def _metrics(self) -> list[Metric]:
+        """The selected metrics, built once per evaluator (model-based ones load their weights on
+        first use, so online scoring must not rebuild them for every batch)."""
+        if self._built is not None:
+            return self._built
         seen: dict[str, Metric] = {}
         for i, f in enumerate(self.features):
             spec = f["metric"]
@@ -160,7 +165,8 @@ class Evaluator:
                     msg = exc.args[0] if isinstance(exc, KeyError) and exc.args else str(exc)
                     raise ArtifactError(f"{self.source}: features[{i}].metric ({spec.get('name')!r}) cannot be built here: {msg} "
                                         "Re-run `autometrics fit`, or install what the metric needs") from None
-        return list(seen.values())
+        self._built = list(seen.values())
+        return self._built
 
     def score_texts(self, outputs, inputs=None, references=None, *, progress: bool = False) -> pd.DataFrame:
         """Score raw lists; returns ``autometrics_score`` plus one column per selected metric."""
@@ -202,7 +208,7 @@ class Evaluator:
         """(min, max) of the training labels, as stored in the artifact (None when absent)."""
         label = self.artifact.get("label") or {}
         lo, hi = label.get("min"), label.get("max")
-        ok = all(isinstance(v, int | float) and np.isfinite(v) for v in (lo, hi)) and lo <= hi
+        ok = _finite(lo) and _finite(hi) and lo <= hi
         return (float(lo), float(hi)) if ok else (None, None)
 
     def score(self, data, *, progress: bool = False, **columns) -> pd.DataFrame:
@@ -221,7 +227,7 @@ class Evaluator:
             require_target=False,
             source=source,
         )
-        needs_ref = any(metric_from_artifact_spec(f["metric"]).needs_reference for f in self.features)
+        needs_ref = any(m.needs_reference for m in self._metrics())
         if needs_ref and not ds.has_references:
             raise DataError(
                 f"{ds.source}: this evaluator uses reference-based metrics but the data has no reference column; "
