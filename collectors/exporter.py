@@ -23,7 +23,7 @@ import logging
 import threading
 import time
 
-from autometrics.collectors.sinks import CollectorSink, StoreFileChanged, StoreSink
+from autometrics.collectors.sinks import CollectorSink, StoreFileChanged, StoreSink, _short
 from autometrics.collectors.spool import Spool
 from opentelemetry.sdk.trace import SpanProcessor
 
@@ -354,8 +354,8 @@ class BatchWriter:
             items = inflight + left
             self._to_spool([x for k, x in items if k == "span"], [x for k, x in items if k == "feedback"])
         elif left:
-            self.counters.add("span_failed", sum(1 for k, _ in left if k == "span"))
-            self.counters.add("feedback_failed", sum(1 for k, _ in left if k == "feedback"))
+            n_spans = sum(1 for k, _ in left if k == "span")
+            self._lost("failed", n_spans, len(left) - n_spans)
         self._thread.join(max(0.0, min(timeout, 1.0)))
         for res in (self.sink, self.spool):
             try:
@@ -365,11 +365,6 @@ class BatchWriter:
             except Exception:
                 pass
         return ok
-
-
-def _short(exc: BaseException, n: int = 300) -> str:
-    s = str(exc).replace("\n", " ")
-    return s if len(s) <= n else s[:n] + "..."
 
 
 class StoreSpanProcessor(SpanProcessor):

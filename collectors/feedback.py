@@ -38,7 +38,6 @@ _KIND_ALIASES = {"behavioural": "behavioral", "thumb": "thumbs", "binary": "thum
                  "category": "categorical", "label": "categorical", "reference": "correction", "edit": "correction"}
 FEEDBACK_KINDS = _KINDS = ("thumbs", "likert", "numeric", "behavioral", "categorical", "correction")
 _NUMERIC = ("likert", "numeric", "behavioral")
-_SCALED = _NUMERIC  # kinds that take a scale (bounds)
 DEFAULT_LIKERT_SCALE = (1.0, 5.0)
 MAX_LABEL_CHARS = 1000
 MAX_CORRECTION_CHARS = 1 << 20  # a corrected output (it becomes a reference): as long as a span's longest field
@@ -98,7 +97,7 @@ def make_schema(kind, scale=None, *, source: str = "declared") -> FeedbackSchema
     kind = normalise_kind(kind)
     if scale is None:
         return FeedbackSchema(kind, DEFAULT_LIKERT_SCALE if kind == "likert" else None, source)
-    if kind not in _SCALED:
+    if kind not in _NUMERIC:  # the kinds that take a scale (bounds)
         raise FeedbackValueError(f"{kind} feedback takes no scale (only likert, numeric and behavioral do)", field="scale",
                                  code="bad_scale")
     try:

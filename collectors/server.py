@@ -150,9 +150,7 @@ class _Handler(BufferedRequestHandler):
         path = self.path.split("?")[0]
         if path not in ("/v1/traces", "/v1/feedback"):
             return self._error(404, "not found; POST /v1/traces or /v1/feedback")
-        if not self._authorised():
-            # drain the body so the keep-alive connection stays usable
-            self._discard_body()
+        if not self._authorised():  # (the server's front already refused it before reading the body)
             return self._error(401, "missing or invalid API key (Authorization: Bearer KEY or X-API-Key)",
                                {"WWW-Authenticate": 'Bearer realm="autometrics"'})
         self._held = 0
@@ -175,16 +173,6 @@ class _Handler(BufferedRequestHandler):
                 self._error(503, f"trace store unavailable ({type(exc).__name__}); retry later", {"Retry-After": "2"})
         finally:
             self.app.decode_budget.release(self._held)
-
-    def _discard_body(self) -> None:
-        try:
-            n = int(self.headers.get("Content-Length", "0"))
-        except ValueError:
-            n = 0
-        if 0 < n <= self.app.max_body:
-            self.rfile.read(n)
-        elif n:
-            self.close_connection = True
 
     def _traces(self, data: bytes) -> None:
         """Partial acceptance (OTLP ``partial_success``): spans with a bad id or a value the store

@@ -32,14 +32,10 @@ import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["Spool", "SpoolRecord", "FileIdentity", "SpoolFull"]
+__all__ = ["Spool", "SpoolRecord", "FileIdentity"]
 
 FORMAT_VERSION = 1  # PRAGMA user_version of a spool file this code writes and reads
 LEASE_S = 60.0  # how long a claim protects records being replayed by one process
-
-
-class SpoolFull(Exception):
-    """The record does not fit in the spool's size bound."""
 
 
 @dataclass
