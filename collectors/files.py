@@ -43,6 +43,12 @@ def data_dir() -> Path:
     return base / "autometrics"
 
 
+def project_name(given: str | None = None) -> str:
+    """The project a capture, fit or worker works on: ``given``, else ``$AUTOMETRICS_PROJECT``, else
+    ``default`` (one rule for the SDK, ``training_frame()`` and the CLI)."""
+    return given or os.environ.get("AUTOMETRICS_PROJECT") or "default"
+
+
 def data_path(name: str) -> Path:
     """Location of one of the project's files: its override variable (:data:`OVERRIDES`) when set
     and a path, else ``data_dir() / name``."""

@@ -22,6 +22,7 @@ import logging
 import sys
 
 from autometrics._cli.checks import N_BOOT_MAX, at_least, count, fraction, port, positive, seed
+from autometrics.collectors.files import project_name
 
 __all__ = ["add_commands", "HANDLERS"]
 
@@ -167,7 +168,7 @@ def _monitor(args, *, create: bool = False, **over):
     if args.store is not None and not args.store.strip():
         raise UserError("--store is empty; pass a store URL (an empty shell variable?) or leave the flag out.")
 
-    cfg = MonitorConfig(target=args.target, project=args.project or os.environ.get("AUTOMETRICS_PROJECT") or "default",
+    cfg = MonitorConfig(target=args.target, project=project_name(args.project),
                         task=getattr(args, "task", None) or os.environ.get("AUTOMETRICS_TASK"))
     if hasattr(args, "no_llm"):
         cfg.llm_config = None if args.no_llm else "auto"

@@ -16,10 +16,10 @@ feedback names the store does hold, so the user can fix ``--project`` / ``--targ
 from __future__ import annotations
 
 import datetime as dt
-import os
 import re
 from pathlib import Path
 
+from autometrics.collectors.files import project_name
 from autometrics.evaluators.data import DataError, load_dataset
 
 __all__ = ["store_url_of", "parse_since", "load_fit_data", "store_training_frame"]
@@ -281,7 +281,7 @@ def load_fit_data(args):
         ds = load_dataset(args.data, args.target, input_col=args.input_col, output_col=args.output_col,
                           reference_cols=args.reference_col, id_col=args.id_col or None, group_col=args.group_col)
         return ds, []
-    project = args.project or os.environ.get("AUTOMETRICS_PROJECT") or "default"
+    project = project_name(args.project)
     since = parse_since(args.since) if args.since is not None else None
     frame = store_training_frame(url, list(args.target), project, since)
     window = f", started since {since:%Y-%m-%d %H:%M:%S %Z}" if since else ""

@@ -16,6 +16,8 @@ import math
 import os
 from dataclasses import dataclass, field
 
+from autometrics.collectors.files import project_name
+
 # The one logger of the capture package (its name predates the split into modules).
 log = logging.getLogger("autometrics.capture")
 
@@ -81,7 +83,7 @@ def _resolve_config(
     cfg.store_url = store_url or env.get("AUTOMETRICS_STORE_URL") or None
     cfg.collector_url = collector_url or env.get("AUTOMETRICS_COLLECTOR_URL") or None
     cfg.api_key = api_key or env.get("AUTOMETRICS_API_KEY") or None
-    cfg.project = project or env.get("AUTOMETRICS_PROJECT") or "default"
+    cfg.project = project_name(project)
     cfg.task = task or env.get("AUTOMETRICS_TASK") or None
     if sample_rate is None:
         try:

@@ -62,20 +62,18 @@ def feedback(trace_id: str | None, name: str, value, comment: str | None = None,
         return None
     if refused is not None:
         _refuse(rt, name, refused)
-        if getattr(rt.cfg, "feedback_errors", "return") == "raise":
-            raise refused
-        return None
-    try:
-        if not rt.writer.put("feedback", row):  # queue full or capture shutting down: not accepted
-            refused = FeedbackValueError("the capture queue is full or closed; the item was not accepted",
-                                         field="queue", code="not_queued")
-        elif rt.langfuse is not None:
-            rt.langfuse.score(row)
-    except Exception as exc:
-        _internal(rt, "feedback", exc)
-        return None
+    else:
+        try:
+            if not rt.writer.put("feedback", row):  # queue full or capture shutting down: not accepted
+                refused = FeedbackValueError("the capture queue is full or closed; the item was not accepted",
+                                             field="queue", code="not_queued")
+            elif rt.langfuse is not None:
+                rt.langfuse.score(row)
+        except Exception as exc:
+            _internal(rt, "feedback", exc)
+            return None
     if refused is not None:
-        if getattr(rt.cfg, "feedback_errors", "return") == "raise":
+        if rt.cfg.feedback_errors == "raise":
             raise refused
         return None
     return row["id"]
@@ -122,12 +120,11 @@ def training_frame(feedback_name, **kwargs):
     flushes first so what was just captured is included.  Only the configured project's traces
     (``configure(project=...)``, else ``$AUTOMETRICS_PROJECT``, else ``default``: what the worker and
     ``autometrics fit`` read); ``project=None`` reads every project."""
-    import os
-
+    from ..collectors.files import project_name
     from ..collectors.store import TraceStore
 
     rt = _get_runtime()
-    kwargs.setdefault("project", rt.cfg.project if rt is not None else os.environ.get("AUTOMETRICS_PROJECT") or "default")
+    kwargs.setdefault("project", rt.cfg.project if rt is not None else project_name())
     if rt is not None:
         rt.flush(10.0)
         kwargs.setdefault("aggregate", rt.cfg.feedback_aggregate)
