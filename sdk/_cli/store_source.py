@@ -137,8 +137,7 @@ def _open_store(url: str):
         store = TraceStore(url, migrate=False)
         if store.version() == 0:
             store.dispose()
-            raise DataError(f"{shown} is not an autometrics trace store (no schema_version table). Point at the database "
-                            "your app's autometrics.configure(store_url=...) or `autometrics collector serve --store` writes to.")
+            raise _not_a_store(shown)  # (Postgres: a SQLite file was already checked read-only)
         store.migrate()  # an older store is upgraded in place, as the worker would
         return store
     except (ModuleNotFoundError, ImportError) as exc:
@@ -171,8 +170,12 @@ def _check_sqlite_readonly(url: str, shown: str) -> None:
     except sqlite3.Error as exc:
         raise DataError(f"cannot open the trace store {shown}: {type(exc).__name__}: {exc}") from exc
     if not found:
-        raise DataError(f"{shown} is not an autometrics trace store (no schema_version table). Point at the database "
-                        "your app's autometrics.configure(store_url=...) or `autometrics collector serve --store` writes to.")
+        raise _not_a_store(shown)
+
+
+def _not_a_store(shown: str) -> DataError:
+    return DataError(f"{shown} is not an autometrics trace store (no schema_version table). Point at the database "
+                     "your app's autometrics.configure(store_url=...) or `autometrics collector serve --store` writes to.")
 
 
 def store_training_frame(url: str, targets: list[str], project: str, since: dt.datetime | None = None):

@@ -18,6 +18,7 @@ import threading
 import time
 import weakref
 
+from ..collectors.exporter import StoreSink
 from ..collectors.feedback import FeedbackSchema, FeedbackValueError, make_schema, row_fingerprint
 from . import runtime
 
@@ -69,8 +70,6 @@ def _store_of(rt):
     """The runtime's opened TraceStore when it writes to a store directly, else None.  Only the
     store the writer thread already opened (and migrated) is read: until the first write there
     is nothing to read here that the store's own check would not see anyway."""
-    from ..collectors.exporter import StoreSink
-
     sink = rt.writer.sink
     return sink.store if isinstance(sink, StoreSink) else None
 
@@ -146,8 +145,6 @@ def persist_declaration(rt, project: str, name: str, schema: FeedbackSchema) -> 
     (the items under the name carry the declaration too, so a down store only delays it); a
     store that already has another rule for the name is logged and counted
     (``feedback_schema_conflicts``).  A collector learns it from the items' ``schema``."""
-    from ..collectors.exporter import StoreSink
-
     sink = rt.writer.sink
     if not isinstance(sink, StoreSink):
         return

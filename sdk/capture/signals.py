@@ -9,7 +9,6 @@ Langfuse when that export is on), so ``feedback()`` never blocks on or raises fo
 
 from __future__ import annotations
 
-from ..collectors.exporter import StoreSink
 from ..collectors.feedback import FeedbackSchema, FeedbackValueError, make_feedback_row
 from . import feedback_rules as _rules
 from . import runtime as _runtime_module
@@ -128,6 +127,7 @@ def training_frame(feedback_name, **kwargs):
     if rt is not None:
         rt.flush(10.0)
         kwargs.setdefault("aggregate", rt.cfg.feedback_aggregate)
-        if isinstance(rt.writer.sink, StoreSink) and rt.writer.sink.store is not None:
-            return rt.writer.sink.store.training_frame(feedback_name, **kwargs)
+        store = _rules._store_of(rt)
+        if store is not None:
+            return store.training_frame(feedback_name, **kwargs)
     return TraceStore(rt.cfg.store_url if rt else None).training_frame(feedback_name, **kwargs)
