@@ -146,15 +146,13 @@ def _existing_store(url: str | None) -> str | None:
     """The store URL of a command that only reads the store (refit, versions, dashboard): a SQLite
     file that does not exist is an error naming it (opening it would create an empty store and
     report "no versions"), never a new file.  The worker and demo create their store."""
-    from autometrics._cli.store_source import store_url_of
+    from autometrics._cli.store_source import StoreFileMissing, store_url_of
     from autometrics.collectors.store import default_store_url
 
     given = url or default_store_url()
     try:
         return store_url_of(given) or url
-    except Exception as exc:  # DataError: the message names the file and the URL forms
-        if "file not found" not in str(exc):
-            raise
+    except StoreFileMissing as exc:  # the message names the file and the URL forms
         hint = " (the default store; pass --store URL or set AUTOMETRICS_STORE_URL)" if not url else ""
         raise type(exc)(f"{exc}{hint} Capture traces first, or point --store at the store your app writes to.") from None
 

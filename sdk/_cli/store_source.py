@@ -38,6 +38,10 @@ def _hidden(url: str) -> str:
     return sa.engine.make_url(url).render_as_string(hide_password=True)
 
 
+class StoreFileMissing(DataError):
+    """A SQLite store path that names no file (commands that only read a store refuse to create it)."""
+
+
 def store_url_of(data: str) -> str | None:
     """The trace-store URL ``data`` names (normalised), or None when it names a file or ``demo:``.
 
@@ -51,7 +55,7 @@ def store_url_of(data: str) -> str | None:
         if Path(data).suffix.lower() in SQLITE_SUFFIXES:
             path = Path(data).expanduser().resolve()
             if not path.is_file():
-                raise DataError(f"no SQLite trace store at {path}: file not found (current folder: {Path.cwd()}).")
+                raise StoreFileMissing(f"no SQLite trace store at {path}: file not found (current folder: {Path.cwd()}).")
             return f"sqlite:///{path}"
         return None
     base, _, driver = scheme.partition("+")

@@ -158,14 +158,13 @@ class _StreamProxy:
     """Common part of the client-stream proxies: state, attribute forwarding, ``close``, and the
     end of the span when the proxy is dropped before the stream ended."""
 
-    __slots__ = ("_am_inner", "_am_ctx", "_am_acc", "_am_finish", "_am_exhausted", "__weakref__")
+    __slots__ = ("_am_inner", "_am_ctx", "_am_acc", "_am_finish", "__weakref__")
 
     def __init__(self, inner, ctx, acc: StreamText, finish):
         self._am_inner = inner
         self._am_ctx = ctx
         self._am_acc = acc
         self._am_finish = finish
-        self._am_exhausted = False
 
     def __getattr__(self, name):  # only for names the proxy itself lacks: the original's attributes
         if name.startswith("_am_"):
@@ -179,9 +178,11 @@ class _StreamProxy:
     def __repr__(self) -> str:
         return repr(self._am_inner)
 
-    def _am_end(self, error: BaseException | None = None) -> None:
+    def _am_end(self, error: BaseException | None = None, *, exhausted: bool = False) -> None:
+        """End the span once: ``exhausted`` (the stream ran to its end) or not (closed early or
+        dropped unread, recorded as such), or with the stream's own error."""
         if not self._am_acc.done:
-            self._am_finish(self._am_acc, error=error, closed_early=error is None and not self._am_exhausted)
+            self._am_finish(self._am_acc, error=error, closed_early=error is None and not exhausted)
 
     def close(self):
         """Close the original (sync, or a coroutine for ``openai.AsyncStream``) and end the span."""
@@ -220,8 +221,7 @@ class _SyncStream(_StreamProxy):
         try:
             item = next(self._am_inner)
         except StopIteration:
-            self._am_exhausted = True
-            self._am_end()
+            self._am_end(exhausted=True)
             raise
         except BaseException as exc:
             self._am_end(error=exc)
@@ -259,8 +259,7 @@ class _AsyncStream(_StreamProxy):
         try:
             item = await self._am_inner.__anext__()
         except StopAsyncIteration:
-            self._am_exhausted = True
-            self._am_end()
+            self._am_end(exhausted=True)
             raise
         except BaseException as exc:
             self._am_end(error=exc)
