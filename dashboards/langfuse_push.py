@@ -44,6 +44,7 @@ import uuid
 from dataclasses import dataclass
 
 from autometrics.collectors.langfuse_export import langfuse_configured  # noqa: F401  (one check, re-exported)
+from autometrics.dashboards import figures as fig
 
 __all__ = ["LangfusePush", "Delivery", "config_name", "push_pending", "WARNING_CATEGORIES", "langfuse_configured",
            "DEFAULT_MAX_PUSH_ATTEMPTS"]
@@ -196,21 +197,21 @@ class LangfusePush:
         validity dropping (from its statistics and its stored alerts)."""
         out: list[tuple[str, str]] = []
         st = version.get("statistics") or {}
-        h = (st.get("holdout") or {}).get("challenger") or {}
+        h, on = fig.holdout(version)  # each message names the data its figure was computed on
         p, n = h.get("p_value"), h.get("n")
         if p is None or p > 0.05:
-            out.append(("low-significance", f"evaluator v{version['version']}: held-out p = {p if p is None else f'{p:.2g}'} > 0.05 (n = {n})"))
+            out.append(("low-significance", f"evaluator v{version['version']}: p = {p if p is None else f'{p:.2g}'} > 0.05 on the {on}"))
         if n is not None and n < 30:
-            out.append(("small-n", f"evaluator v{version['version']}: validated on only {n} held-out feedback points"))
+            out.append(("small-n", f"evaluator v{version['version']}: validated on only {n} feedback points, the {on}"))
         lv = st.get("live_validity") or {}
         if lv.get("level") == "alert":
-            w = lv.get("window") or {}
-            out.append(("validity-decay", f"evaluator v{version['version']}: tau on newest feedback {w.get('tau', float('nan')):.3f} "
-                                          f"< fit-time {lv.get('fit_tau') or float('nan'):.3f}"))
+            w, live_on = fig.live(version)
+            out.append(("validity-decay", f"evaluator v{version['version']}: tau {w.get('tau', float('nan')):.3f} on the {live_on} "
+                                          f"< {lv.get('fit_tau') or float('nan'):.3f} on the {on}"))
         for a in alerts or []:
             cat = _KIND_TO_CATEGORY.get(a["kind"])
             if cat and a.get("evaluator_id") == version.get("id") and cat not in {c for c, _ in out}:
-                out.append((cat, a["message"]))
+                out.append((cat, f"{fig.alert_figure(a, version)}: {a['message']}"))
         return out
 
     def score_bodies(self, version: dict, rows, *, alerts: list[dict] | None = None,
@@ -287,7 +288,7 @@ class LangfusePush:
         if warn_id is None:
             return None
         return self._body(name=WARNING_NAME, value=cat, trace_id=trace_id, score_id=_score_id(trace_id, alert["id"], WARNING_NAME),
-                          data_type="CATEGORICAL", config_id=warn_id, comment=alert["message"][:4000],
+                          data_type="CATEGORICAL", config_id=warn_id, comment=f"{fig.alert_figure(alert, None)}: {alert['message']}"[:4000],
                           metadata={"alert_id": alert["id"], "severity": alert["severity"], "kind": alert["kind"]})
 
     # ---- delivery

@@ -6,21 +6,28 @@ Sections: current evaluator and its validity, warnings and drift alerts, evaluat
 (tau with CI, p-value, n; champion/challenger decisions and their reasons), scores over time,
 score distribution at fit time vs now, per-metric contributions, rationales for sampled
 traces, recent refit runs.
+
+Every τ, CI and p-value on the page carries the label of the data it was computed on
+(:mod:`autometrics.dashboards.figures`): the fit-time test split, the newest held-out feedback
+at refit (champion/challenger comparison) or live feedback since the fit; warnings and alerts
+name the figure they are about.
 """
 
 from __future__ import annotations
 
-import datetime as dt
 import html
 import json
 import math
 import os
+import re
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from autometrics.dashboards import figures as fig
 from autometrics.evaluators.report import fmt_number as _f
 from autometrics.evaluators.report import fmt_p as _p
+from autometrics.evaluators.report import metric_direction
 
 __all__ = ["render_dashboard", "write_dashboard"]
 
@@ -43,6 +50,8 @@ th,td{border-bottom:1px solid #e6e9ed;padding:5px 7px;text-align:left;vertical-a
 code{background:#eef1f4;padding:1px 4px;border-radius:3px;font-size:.9em}
 .grid{display:grid;grid-template-columns:1fr 1fr;gap:16px}.panel{background:#fff;border:1px solid #dde1e6;border-radius:8px;padding:8px 12px}
 .txt{max-width:340px;white-space:pre-wrap;word-break:break-word;color:#333}
+.on{color:#56606b;font-size:.8em;font-style:italic}.fig{font-weight:600}
+#versions td.txt{min-width:260px}.contradicts{color:#9b2c22}.story{background:#eef4fc;border:1px solid #b5cdee;border-radius:8px;padding:6px 12px;margin:6px 0}
 svg text{font-size:11px;fill:#56606b}
 @media (max-width:900px){.grid{grid-template-columns:1fr}}
 """
@@ -50,10 +59,7 @@ svg text{font-size:11px;fill:#56606b}
 
 
 
-def _when(ns) -> str:
-    if ns is None or (isinstance(ns, float) and not math.isfinite(ns)):
-        return "–"
-    return dt.datetime.fromtimestamp(int(ns) / 1e9, dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+_when = fig.when
 
 
 def _short(s, n=220) -> str:
@@ -69,8 +75,10 @@ def _axis(lo, hi):
 
 
 def _svg_versions(versions: list[dict], w=540, h=240) -> str:
-    """Held-out tau with its 95% CI per version (green: champion, red: rejected, grey: retired)."""
-    pts = [(v["version"], ((v["statistics"].get("holdout") or {}).get("challenger") or {}), v["status"]) for v in versions]
+    """Tau on the newest held-out feedback at each version's refit, with its 95% CI (green:
+    champion, red: rejected, grey: retired); each refit held out its own newest feedback."""
+    pts = [(v["version"], fig.holdout(v)[0], v["status"]) for v in versions]
+    labels = {v["version"]: fig.holdout(v)[1] for v in versions}
     pts = [(n, s, st) for n, s, st in pts if s.get("tau") is not None]
     if not pts:
         return "<p class='meta'>No evaluator version with a defined held-out tau yet.</p>"
@@ -96,9 +104,10 @@ def _svg_versions(versions: list[dict], w=540, h=240) -> str:
         c = col.get(st, "#3b7dd8")
         if s.get("ci_low") is not None and s.get("ci_high") is not None:
             o.append(f'<line x1="{sx(n):.1f}" x2="{sx(n):.1f}" y1="{sy(s["ci_low"]):.1f}" y2="{sy(s["ci_high"]):.1f}" stroke="{c}" stroke-width="2"/>')
-        o.append(f'<circle cx="{sx(n):.1f}" cy="{sy(s["tau"]):.1f}" r="5" fill="{c}"><title>v{n}: tau {s["tau"]:.3f}</title></circle>')
+        o.append(f'<circle cx="{sx(n):.1f}" cy="{sy(s["tau"]):.1f}" r="5" fill="{c}"><title>v{n}: {html.escape(fig.fmt_stat(s))} '
+                 f'on the {html.escape(labels[n])}</title></circle>')
         o.append(f'<text x="{sx(n):.1f}" y="{h - mb + 15}" text-anchor="middle">v{n}</text>')
-    o.append(f'<text x="12" y="{(mt + h - mb) / 2:.0f}" transform="rotate(-90 12 {(mt + h - mb) / 2:.0f})" text-anchor="middle">held-out τ (95% CI)</text>')
+    o.append(f'<text x="12" y="{(mt + h - mb) / 2:.0f}" transform="rotate(-90 12 {(mt + h - mb) / 2:.0f})" text-anchor="middle">τ (95% CI)</text>')
     o.append("</svg>")
     return "".join(o)
 
@@ -143,8 +152,9 @@ def _svg_over_time(scores: pd.DataFrame, w=540, h=240, buckets=24) -> str:
     return "".join(o)
 
 
-def _svg_histograms(ref, cur, w=540, h=240, bins=20) -> str:
-    """Score distribution at fit time (grey) vs the newest online scores (blue)."""
+def _svg_histograms(ref, cur, w=540, h=240, bins=20, ref_name="fit time") -> str:
+    """Score distribution of the reference (grey: the drift reference window, or the fit-time
+    predictions before one exists) vs the newest online scores (blue)."""
     ref = np.asarray([x for x in ref if x is not None], dtype=float)
     cur = np.asarray(cur, dtype=float)
     ref, cur = ref[np.isfinite(ref)], cur[np.isfinite(cur)]
@@ -158,18 +168,91 @@ def _svg_histograms(ref, cur, w=540, h=240, bins=20) -> str:
     hr = np.histogram(ref, edges)[0] / max(1, len(ref))
     hc = np.histogram(cur, edges)[0] / max(1, len(cur))
     top = max(hr.max(initial=0), hc.max(initial=0)) or 1
-    ml, mr, mt, mb = 36, 12, 12, 30
+    ml, mr, mt, mb = 36, 12, 40, 30  # the legend sits above the plot, never on the bars
     bw = (w - ml - mr) / bins
-    o = [f'<svg role="img" aria-label="score distribution, fit time versus now" width="{w}" height="{h}" viewBox="0 0 {w} {h}" xmlns="http://www.w3.org/2000/svg">',
+    o = [f'<svg role="img" aria-label="score distribution, reference versus now" width="{w}" height="{h}" viewBox="0 0 {w} {h}" xmlns="http://www.w3.org/2000/svg">',
          f'<rect x="{ml}" y="{mt}" width="{w - ml - mr}" height="{h - mt - mb}" fill="#fff" stroke="#c9ced4"/>']
     for i in range(bins):
         for val, c, off in ((hr[i], "#9aa5b1", 0.0), (hc[i], "#3b7dd8", 0.5)):
             bh = val / top * (h - mt - mb)
             o.append(f'<rect x="{ml + i * bw + off * bw:.1f}" y="{h - mb - bh:.1f}" width="{bw / 2 - 0.5:.1f}" height="{bh:.1f}" fill="{c}"/>')
     o.append(f'<text x="{ml}" y="{h - mb + 15}">{lo:.3g}</text><text x="{w - mr}" y="{h - mb + 15}" text-anchor="end">{hi:.3g}</text>')
-    o.append(f'<rect x="{ml + 8}" y="{mt + 6}" width="10" height="10" fill="#9aa5b1"/><text x="{ml + 22}" y="{mt + 15}">fit time (n={len(ref)})</text>')
-    o.append(f'<rect x="{ml + 130}" y="{mt + 6}" width="10" height="10" fill="#3b7dd8"/><text x="{ml + 144}" y="{mt + 15}">newest online (n={len(cur)})</text>')
+    o.append(f'<rect x="{ml}" y="4" width="10" height="10" fill="#9aa5b1"/><text x="{ml + 14}" y="13">{html.escape(ref_name)} (n={len(ref)})</text>')
+    o.append(f'<rect x="{ml}" y="20" width="10" height="10" fill="#3b7dd8"/><text x="{ml + 14}" y="29">newest online scores (n={len(cur)})</text>')
     o.append("</svg>")
+    return "".join(o)
+
+
+def _figure_card(key: str, head: str, s: dict, label: str) -> str:
+    """A card for one agreement figure: τ, CI, p and, always, the data it was computed on."""
+    return (f"<div class='stat' id='{key}'><div class='l'>{html.escape(head)}</div><div class='v'>{_f(s.get('tau'))}</div>"
+            f"<div class='l'>95% CI [{_f(s.get('ci_low'))}, {_f(s.get('ci_high'))}] · p = {_p(s.get('p_value'))}</div>"
+            f"<div class='on'>on the {html.escape(label)}</div></div>")
+
+
+_TAU_TEXT = re.compile(r"\btau\b|τ")
+
+
+def _on(text, version: dict | None) -> str:
+    """A refit's reason or message quotes τ on the newest held-out feedback: say which (with n)."""
+    if not text or version is None or not _TAU_TEXT.search(str(text)):
+        return ""
+    return f"<div class='on'>on the {html.escape(fig.holdout(version)[1])}</div>"
+
+
+def _versions_table(versions: list[dict]) -> str:
+    e = html.escape
+    o = ["<table id='versions'><tr><th>version</th><th>status</th><th>created</th><th>method</th>"
+         "<th>fitted on (older) / held out (newest)</th>"
+         f"<th>τ [95% CI], p on the {fig.HOLDOUT}</th><th>Δτ vs the champion of that refit, on the same {fig.HOLDOUT} [95% CI]</th>"
+         f"<th>τ [95% CI], p on the {fig.FIT_TEST}</th><th>reason</th></tr>"]
+    for v in reversed(versions):
+        s = v["statistics"]
+        ho = s.get("holdout") or {}
+        (hc, hl), (ft, fl) = fig.holdout(v), fig.fit_test(v)
+        delta = "–" if ho.get("delta") is None else f"{ho['delta']:+.3f} [{_f(ho.get('ci_low'))}, {_f(ho.get('ci_high'))}]"
+        o.append(f"<tr><td>v{v['version']}</td><td><span class='badge {e(v['status'])}'>{e(v['status'])}</span></td>"
+                 f"<td>{e(_when(v['created_at_ns']))}</td><td>{e(v['method'] or '')}</td>"
+                 f"<td class='n'>{s.get('n_train', '–')} / {s.get('n_holdout', '–')}</td>"
+                 f"<td class='n'>{_f(hc.get('tau'))} [{_f(hc.get('ci_low'))}, {_f(hc.get('ci_high'))}], p {_p(hc.get('p_value'))}"
+                 f"<div class='on'>{e(hl)}</div></td><td class='n'>{delta}</td>"
+                 f"<td class='n'>{_f(ft.get('tau'))} [{_f(ft.get('ci_low'))}, {_f(ft.get('ci_high'))}], p {_p(ft.get('p_value'))}"
+                 f"<div class='on'>{e(fl)}</div></td>"
+                 f"<td class='txt'>{e(v['reason'] or '')}{_on(v['reason'], v)}</td></tr>")
+    o.append("</table>")
+    return "".join(o)
+
+
+def _contributions_table(champ: dict, scores: pd.DataFrame) -> str:
+    """Weights, online contributions and, per metric, the direction the evaluator uses read
+    against its card (a negative weight is no error for a lower-is-better metric)."""
+    e = html.escape
+    art = champ["artifact"]
+    n_train = ((art.get("statistics") or {}).get("train") or {}).get("n")
+    contrib: dict[str, list[float]] = {}
+    for c in scores["contributions"].dropna().head(1000) if len(scores) else []:
+        for k, val in json.loads(c).items():
+            if val is not None:
+                contrib.setdefault(k, []).append(float(val))
+    o = ["<h2>Per-metric contributions</h2><div class='meta'>score = intercept + Σ weight × z(metric), z the metric's standardised "
+         "value (not flipped by its card's direction): a positive weight means a higher value raises the score, a negative weight "
+         "that a lower value does.</div><table id='contributions'><tr><th>metric</th><th>weight</th>"
+         "<th>the evaluator uses</th><th>metric card</th><th>mean |contribution| to online scores</th><th>mean contribution</th>"
+         "<th>reading</th></tr>"]
+    mx = max([np.mean(np.abs(v)) for v in contrib.values()] or [1]) or 1
+    for f in art["features"]:
+        vals = contrib.get(f["feature"], [])
+        ma = float(np.mean(np.abs(vals))) if vals else float("nan")
+        mean = float(np.mean(vals)) if vals else float("nan")
+        width = 0 if not math.isfinite(ma) else 220 * ma / mx
+        color = "#3b7dd8" if f["weight"] >= 0 else "#d0493b"
+        d = metric_direction(f, n_train)
+        o.append(f"<tr data-contradicts='{str(d['contradicts']).lower()}'><td><code>{e(f['feature'])}</code></td>"
+                 f"<td class='n'>{f['weight']:+.4f}</td><td class='direction'>{e(d['uses'])}</td><td>{e(d['card'])}</td>"
+                 f"<td><span class='bar' style='width:{width:.0f}px;background:{color}'></span> {_f(ma)}</td>"
+                 f"<td class='n'>{_f(mean)}</td><td class='{'contradicts' if d['contradicts'] else 'txt'}'>"
+                 f"{'⚠ ' if d['contradicts'] else ''}{e(d['reading'])}</td></tr>")
+    o.append("</table>")
     return "".join(o)
 
 
@@ -181,26 +264,29 @@ def render_dashboard(monitor, *, title: str | None = None, sample: int = 8, seed
     champ = monitor.champion()
     alerts = monitor.alerts()
     runs = monitor.runs(limit=12)
-    scores = monitor.scores_frame(champ["id"]) if champ else pd.DataFrame(columns=["trace_id", "score", "trace_start_ns"])
+    # every score, light columns only (the JSON columns of 10^6 scores took 10-17 s to read); the
+    # contributions of the newest 1000 and the rationales of the sampled traces are read by key
+    light = ["trace_id", "score", "trace_start_ns"]
+    scores = monitor.store.scores_frame(champ["id"], columns=light) if champ else pd.DataFrame(columns=light)
     st = champ["statistics"] if champ else {}
-    hold = (st.get("holdout") or {}).get("challenger") or {}
-    lv = st.get("live_validity") or {}
-    lw = lv.get("window") or {}
+    by_id = {v["id"]: v for v in versions}
     out = ["<!doctype html><html lang='en'><head><meta charset='utf-8'>",
            "<meta name='viewport' content='width=device-width,initial-scale=1'>",
            f"<title>{e(title or 'AutoMetrics dashboard')}: {e(cfg.target)}</title><style>{_CSS}</style></head><body><main>",
            f"<h1>{e(title or 'AutoMetrics dashboard')} — <code>{e(cfg.target)}</code></h1>",
            f"<div class='meta'>Project <b>{e(cfg.project)}</b>" + (f" · Task: {e(cfg.task)}" if cfg.task else "")
            + f" · store {e(repr(monitor.store))} · generated {e(_when(__import__('time').time_ns()))}</div>"]
-    # ---- cards
+    # ---- cards: one per agreement figure, each naming the data it was computed on
     out.append("<div class='cards'>")
+    story = None
     if champ:
         out.append(f"<div class='stat' id='champion'><div class='l'>Current evaluator</div><div class='v'>v{champ['version']}</div>"
                    f"<div class='l'>{e(champ['method'] or '')} · fitted {e(_when(champ['created_at_ns']))} on {champ['n_feedback']} feedback points</div></div>")
-        out.append(f"<div class='stat' id='heldout'><div class='l'>Held-out Kendall τ (newest feedback)</div><div class='v'>{_f(hold.get('tau'))}</div>"
-                   f"<div class='l'>95% CI [{_f(hold.get('ci_low'))}, {_f(hold.get('ci_high'))}] · p = {_p(hold.get('p_value'))} · n = {hold.get('n')}</div></div>")
-        out.append(f"<div class='stat' id='live'><div class='l'>Live τ on feedback after the fit</div><div class='v'>{_f(lw.get('tau'))}</div>"
-                   f"<div class='l'>CI [{_f(lw.get('ci_low'))}, {_f(lw.get('ci_high'))}] · p = {_p(lw.get('p_value'))} · n = {lw.get('n', 0)}</div></div>")
+        figs = [("heldout", "Kendall τ, champion/challenger", fig.holdout(champ)), ("fit-test", "Kendall τ, fit-time", fig.fit_test(champ)),
+                ("live", "Kendall τ, live", fig.live(champ))]
+        for key, head, (s, label) in figs:
+            out.append(_figure_card(key, head, s, label or f"{fig.LIVE}: not measured yet (no feedback newer than the fit has an online score)"))
+        story = fig.reconcile([f for _, _, f in figs])
     else:
         out.append("<div class='stat'><div class='l'>Current evaluator</div><div class='v'>none yet</div>"
                    f"<div class='l'>a refit needs {cfg.min_feedback} labelled traces</div></div>")
@@ -208,19 +294,25 @@ def render_dashboard(monitor, *, title: str | None = None, sample: int = 8, seed
     out.append(f"<div class='stat'><div class='l'>Traces scored online</div><div class='v'>{n_scored}</div>"
                f"<div class='l'>{len(versions)} evaluator version(s)</div></div>")
     # one list for the count and the section, so they always agree: the current evaluator's own
-    # warnings (low significance p > 0.05, small n, ... from its refit) and the stored alerts
+    # warnings (low significance p > 0.05, small n, ... from its refit) and the stored alerts;
+    # each names the figure (the data) it is about
     items: list[tuple[str, str, str]] = []  # (class, source, html)
     if champ:
-        for w in st.get("warnings") or []:
-            items.append(("warn", "evaluator", f"⚠ v{champ['version']}: {e(w)}"))
+        for label, w in fig.labelled_warnings(champ):
+            items.append(("warn", "evaluator", f"⚠ v{champ['version']} · <span class='fig'>{e(label)}</span>: {e(w)}"))
     for a in alerts:
+        v = by_id.get(a.get("evaluator_id"))
+        about = "" if v is None else f" · v{v['version']}" + ("" if v["status"] == "champion" else f" ({e(v['status'])}, not the current evaluator)")
         items.append(("alert" if a["severity"] == "alert" else "warn", "monitor",
-                      f"<b>{e(a['kind'].replace('_', ' '))}</b> · {e(_when(a['created_at_ns']))} · {e(a['message'])}"))
+                      f"<b>{e(a['kind'].replace('_', ' '))}</b>{about} · {e(_when(a['created_at_ns']))} · "
+                      f"<span class='fig'>{e(fig.alert_figure(a, v))}</span>: {e(a['message'])}"))
     n_alert = sum(1 for cls, _, _ in items if cls == "alert")
     n_warn = len(items) - n_alert
     out.append(f"<div class='stat' id='warning-counts'><div class='l'>Alerts / warnings</div>"
                f"<div class='v'><span id='n-alerts'>{n_alert}</span> / <span id='n-warnings'>{n_warn}</span></div>"
                f"<div class='l'>drift, validity, significance, sample size</div></div></div>")
+    if story:
+        out.append(f"<div class='story' id='story'>{e(story)}</div>")
     # ---- warnings and alerts
     out.append("<h2>Warnings and drift alerts</h2><div id='alerts'>")
     # alerts first (the severe ones), then warnings; every counted item is listed
@@ -230,57 +322,39 @@ def render_dashboard(monitor, *, title: str | None = None, sample: int = 8, seed
         out.append("<div class='ok'>No warnings or alerts.</div>")
     out.append("</div>")
     # ---- versions
-    out.append("<h2>Evaluator versions</h2><div class='grid'><div class='panel'>")
+    out.append(f"<h2>Evaluator versions</h2><div class='grid'><div class='panel'><b>τ on the {fig.HOLDOUT}, per version</b>"
+               "<div class='on'>each refit holds out its own newest feedback (n per version in the table below)</div>")
     out.append(_svg_versions(versions))
     out.append("</div><div class='panel'><b>Champion/challenger rule</b><div class='meta'>A new version is fitted on older feedback and judged, "
-               "with the current champion, on the newest held-out feedback. It replaces the champion only when the lower bound of the "
-               "paired-bootstrap 95% CI of τ(new) − τ(champion) is above 0; otherwise it is kept as a rejected candidate with the reason. "
-               "Roll back with <code>autometrics versions rollback N</code>.</div></div></div>")
-    out.append("<table id='versions'><tr><th>version</th><th>status</th><th>created</th><th>method</th><th>train / held-out</th>"
-               "<th>held-out τ [95% CI]</th><th>p</th><th>Δτ vs champion [95% CI]</th><th>reason</th></tr>")
-    for v in reversed(versions):
-        s = v["statistics"]
-        hc = (s.get("holdout") or {}).get("challenger") or {}
-        ho = s.get("holdout") or {}
-        delta = "–" if ho.get("delta") is None else f"{ho['delta']:+.3f} [{_f(ho.get('ci_low'))}, {_f(ho.get('ci_high'))}]"
-        out.append(f"<tr><td>v{v['version']}</td><td><span class='badge {e(v['status'])}'>{e(v['status'])}</span></td>"
-                   f"<td>{e(_when(v['created_at_ns']))}</td><td>{e(v['method'] or '')}</td><td class='n'>{s.get('n_train', '–')} / {s.get('n_holdout', '–')}</td>"
-                   f"<td class='n'>{_f(hc.get('tau'))} [{_f(hc.get('ci_low'))}, {_f(hc.get('ci_high'))}]</td><td class='n'>{_p(hc.get('p_value'))}</td>"
-                   f"<td class='n'>{delta}</td><td class='txt'>{e(v['reason'] or '')}</td></tr>")
-    out.append("</table>")
+               f"with the current champion, on the {fig.HOLDOUT} (feedback the fit never saw). It replaces the champion only when the lower bound of the "
+               "paired-bootstrap 95% CI of τ(new) − τ(champion) on that feedback is above 0; otherwise it is kept as a rejected candidate with the reason. "
+               f"The fit also reports τ on its own {fig.FIT_TEST} (a part of the older feedback): a different, usually smaller set, so "
+               "its p-value can differ. Roll back with <code>autometrics versions rollback N</code>.</div></div></div>")
+    out.append(_versions_table(versions))
     # ---- scores
     out.append("<h2>Scores</h2><div class='grid'><div class='panel'><b>Scores over time</b>")
     out.append(_svg_over_time(scores))
-    out.append("</div><div class='panel'><b>Distribution: fit time vs newest online scores</b>")
+    # the drift check's own reference (its first out-of-sample online scores) once it has one;
+    # before that the fit-time predictions, named as such
+    drift = st.get("drift") or {}
+    dref = (drift.get("reference") or {}).get("scores")
+    ref, ref_name = (dref, "drift reference: first online scores after the fit's data") if dref else (
+        st.get("reference_scores") or [], "fit-time predictions")
+    out.append(f"</div><div class='panel'><b>Distribution: {e(ref_name.split(':')[0])} vs newest online scores</b>")
     cur = pd.to_numeric(scores["score"], errors="coerce").dropna().head(cfg.drift_window).to_numpy() if len(scores) else []
-    out.append(_svg_histograms(st.get("reference_scores") or [], cur))
+    out.append(_svg_histograms(ref, cur, ref_name=ref_name))
+    if drift:
+        out.append(f"<div class='meta' id='drift-state'>{e(fig.drift_summary(drift))}</div>")
     out.append("</div></div>")
     # ---- contributions
     if champ:
-        art = champ["artifact"]
-        contrib: dict[str, list[float]] = {}
-        for c in scores["contributions"].dropna().head(1000) if len(scores) else []:
-            for k, val in json.loads(c).items():
-                if val is not None:
-                    contrib.setdefault(k, []).append(float(val))
-        out.append("<h2>Per-metric contributions</h2><table id='contributions'><tr><th>metric</th><th>weight</th>"
-                   "<th>mean |contribution| to online scores</th><th>mean contribution</th><th>higher is better</th></tr>")
-        mx = max([np.mean(np.abs(v)) for v in contrib.values()] or [1]) or 1
-        for f in art["features"]:
-            vals = contrib.get(f["feature"], [])
-            ma = float(np.mean(np.abs(vals))) if vals else float("nan")
-            mean = float(np.mean(vals)) if vals else float("nan")
-            width = 0 if not math.isfinite(ma) else 220 * ma / mx
-            color = "#3b7dd8" if f["weight"] >= 0 else "#d0493b"
-            out.append(f"<tr><td><code>{e(f['feature'])}</code></td><td class='n'>{f['weight']:+.4f}</td>"
-                       f"<td><span class='bar' style='width:{width:.0f}px;background:{color}'></span> {_f(ma)}</td>"
-                       f"<td class='n'>{_f(mean)}</td><td>{'yes' if f['higher_is_better'] else 'no'}</td></tr>")
-        out.append("</table>")
+        out.append(_contributions_table(champ, monitor.store.scores_frame(champ["id"], limit=1000, columns=["contributions"])))
     # ---- rationales
     out.append("<h2>Rationales for sampled traces</h2>")
     ok = scores[pd.to_numeric(scores["score"], errors="coerce").notna()] if len(scores) else scores
     if len(ok):
-        samp = ok.sample(n=min(sample, len(ok)), random_state=seed).sort_values("trace_start_ns", ascending=False)
+        samp = ok.sample(n=min(sample, len(ok)), random_state=seed)
+        samp = monitor.store.scores_frame(champ["id"], columns=[*light, "rationales"], trace_ids=samp["trace_id"].tolist())
         texts = monitor.store.trace_texts(samp["trace_id"].tolist()).set_index("trace_id")
         out.append("<table id='rationales'><tr><th>trace</th><th>input</th><th>output</th><th>score</th><th>why</th></tr>")
         for r in samp.itertuples():
@@ -298,7 +372,7 @@ def render_dashboard(monitor, *, title: str | None = None, sample: int = 8, seed
     for r in runs:
         secs = "–" if not r["ended_ns"] else f"{(r['ended_ns'] - r['started_ns']) / 1e9:.1f}"
         out.append(f"<tr><td>{e(_when(r['started_ns']))}</td><td>{e(r['worker'] or '')}</td><td>{e(r['outcome'] or '')}</td>"
-                   f"<td class='n'>{secs}</td><td class='txt'>{e(_short(r['message'], 300))}</td></tr>")
+                   f"<td class='n'>{secs}</td><td class='txt'>{e(_short(r['message'], 300))}{_on(r['message'], by_id.get(r.get('evaluator_id')))}</td></tr>")
     out.append("</table></main></body></html>")
     return "\n".join(out)
 

@@ -133,6 +133,11 @@ class TraceStore(EvaluationStore):
             if self.dialect == "postgresql":
                 # one migrator at a time across processes (collector + SDKs sharing a database)
                 conn.execute(sa.text("SELECT pg_advisory_xact_lock(7413001)"))
+            elif self.dialect == "sqlite":
+                # the same on SQLite: without it two openers both read the old version and the
+                # second fails on schema_version's key (seen once v8's index builds widened the
+                # window); the others wait (busy_timeout) and then find nothing left to do
+                conn.exec_driver_sql("BEGIN IMMEDIATE")
             conn.execute(
                 sa.text("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER PRIMARY KEY, applied_at DOUBLE PRECISION NOT NULL)")
             )
@@ -211,36 +216,36 @@ class TraceStore(EvaluationStore):
             return int(conn.execute(sa.select(sa.func.count()).select_from(t)).scalar() or 0)
 
     def count_feedback(self, name: str, *, since_ns: int = 0, project: str | None = None) -> int:
-        """Feedback rows named ``name`` created after ``since_ns`` (on traces of ``project`` when given)."""
+        """Feedback rows named ``name`` created after ``since_ns`` (on traces of ``project`` when given).
+
+        The project test is a correlated ``EXISTS``, not ``IN (traces of the project)``: SQLite
+        then walks only the new feedback (index ``ix_feedback_name_created``) instead of every
+        trace of the project (measured on SQLite at 10^5 traces: 0.28 s -> 0.03 s)."""
         q = sa.select(sa.func.count()).select_from(feedback).where(feedback.c.name == name, feedback.c.created_at_ns > since_ns)
         if project is not None:
-            q = q.where(feedback.c.trace_id.in_(sa.select(traces.c.trace_id).where(traces.c.project == project)))
+            q = q.where(sa.exists().where(traces.c.trace_id == feedback.c.trace_id, traces.c.project == project))
         with self.engine.connect() as conn:
             return int(conn.execute(q).scalar() or 0)
 
     def spans_frame(self, trace_id: str | None = None, project: str | None = None):
         """All stored spans (optionally of one trace / project) as a DataFrame, oldest first."""
-        import pandas as pd
-
         q = sa.select(spans).order_by(spans.c.start_time_ns)
         if trace_id:
             q = q.where(spans.c.trace_id == trace_id)
         if project:
             q = q.where(spans.c.project == project)
         with self.engine.connect() as conn:
-            return pd.DataFrame(conn.execute(q).mappings().all(), columns=[c.name for c in spans.columns])
+            return _frame(conn.execute(q).all(), [c.name for c in spans.columns])
 
     def feedback_frame(self, trace_id: str | None = None, names: Sequence[str] | None = None):
         """Every feedback row (the full history, not aggregated) as a DataFrame."""
-        import pandas as pd
-
         q = sa.select(feedback).order_by(feedback.c.created_at_ns, feedback.c.id)
         if trace_id:
             q = q.where(feedback.c.trace_id == trace_id)
         if names:
             q = q.where(feedback.c.name.in_(list(names)))
         with self.engine.connect() as conn:
-            return pd.DataFrame(conn.execute(q).mappings().all(), columns=[c.name for c in feedback.columns])
+            return _frame(conn.execute(q).all(), [c.name for c in feedback.columns])
 
     def training_frame(
         self,
@@ -260,6 +265,10 @@ class TraceStore(EvaluationStore):
         content.  Several feedback values for one (trace, name) are combined by ``aggregate``:
         ``latest`` (default), ``first``, ``mean``, ``sum``, ``max``, ``min`` or ``count``; a dict
         gives one rule per name (e.g. ``{"copied": "sum"}``, others ``latest``).
+
+        Only the spans of traces with feedback under one of the names are read (looked up by
+        trace id), unless ``include_unlabelled``: at 10^6 traces with 5 % labelled that reads 1/20
+        of the spans, 2.4 s instead of 54 s on SQLite (tests/benchmarks/store_scale.py).
         """
         import pandas as pd
 
@@ -277,12 +286,19 @@ class TraceStore(EvaluationStore):
         if since_ns:
             q = q.where(spans.c.start_time_ns >= since_ns)
         with self.engine.connect() as conn:
-            sp = pd.DataFrame(conn.execute(q).all(), columns=[c.name for c in cols])
+            if include_unlabelled:
+                rows = conn.execute(q).all()
+            else:  # traces with feedback under a name (a superset of the labelled ones; the exact test is below)
+                rows = _spans_of(conn, q, conn.execute(sa.select(feedback.c.trace_id).where(feedback.c.name.in_(names))
+                                                       .distinct()).scalars().all())
+            sp = _frame(rows, [c.name for c in cols])
             fq = sa.select(feedback).where(sa.or_(feedback.c.name.in_(names), feedback.c.kind == "correction"))
-            fb = pd.DataFrame(conn.execute(fq.order_by(feedback.c.created_at_ns, feedback.c.id)).mappings().all(), columns=[c.name for c in feedback.columns])
+            fb = _frame(conn.execute(fq.order_by(feedback.c.created_at_ns, feedback.c.id)).all(), [c.name for c in feedback.columns])
+            # no labelled trace: the empty frame has a references column when the full frame would have had one
+            refs_col = sp.empty and (fb["kind"] == "correction").any() and conn.execute(q.limit(1)).first() is not None
         out_cols = ["id", "input", "output", "references", *names, "model", "input_tokens", "output_tokens", "latency_ms", "error", "name", "project", "start_time"]
         if sp.empty:
-            return pd.DataFrame(columns=[c for c in out_cols if c != "references"])
+            return pd.DataFrame(columns=[c for c in out_cols if c != "references" or refs_col])
         sp = sp.sort_values(["trace_id", "start_time_ns", "end_time_ns"], ascending=[True, True, False], kind="stable")
         sp = _innermost_usage(sp)
         g = sp.groupby("trace_id", sort=False)
@@ -316,8 +332,37 @@ class TraceStore(EvaluationStore):
         frame = frame.sort_values("start", kind="stable")
         return frame[[c for c in out_cols if c in frame.columns]].reset_index(drop=True)
 
+    def prune(self, older_than, *, project: str | None = None, dry_run: bool = False, batch_size: int | None = None):
+        """Delete traces older than ``older_than`` (``"30d"``, ``"12h"``, ``"90m"``) that have no
+        feedback, with their spans and online scores, in batches; labelled traces, feedback and
+        evaluator versions are kept.  See :func:`autometrics.collectors.store.retention.prune`."""
+        from autometrics.collectors.store import retention
+
+        return retention.prune(self, older_than, project=project, dry_run=dry_run,
+                               batch_size=retention.DEFAULT_BATCH if batch_size is None else batch_size)
+
     def dispose(self) -> None:
         self.engine.dispose()
+
+
+def _frame(rows, columns: list[str]):
+    """A DataFrame of result rows, made from plain tuples: pandas probes each SQLAlchemy ``Row``
+    for attributes it lacks (an exception apiece), 4x slower at 10^5 rows (measured)."""
+    import pandas as pd
+
+    return pd.DataFrame([tuple(r) for r in rows], columns=columns)
+
+
+def _spans_of(conn, q, trace_ids: list, chunk: int = 1000) -> list:
+    """The rows of span query ``q`` for ``trace_ids``, looked up by key in chunks.  Why not one
+    ``trace_id IN (SELECT ... FROM feedback)``: at 10^6 traces Postgres misjudged that semi-join
+    and read the whole spans table (15-20 s); key lookups cost the same on both databases
+    whatever the statistics say."""
+    ids = sorted(trace_ids)
+    out: list = []
+    for i in range(0, len(ids), chunk):
+        out += conn.execute(q.where(spans.c.trace_id.in_(ids[i:i + chunk]))).all()
+    return out
 
 
 def _innermost_usage(sp):

@@ -263,6 +263,86 @@ def _migration_6(conn: sa.Connection) -> None:
                              "updated_at_ns) VALUES (:p, :n, :k, :lo, :hi, 'first-seen', :now, :now)"), rows)
 
 
+# ---- scale-out of online scoring (schema v7): claims on traces being scored, judge usage per hour
+score_claims = sa.Table(
+    "score_claims",
+    metadata,
+    sa.Column("evaluator_id", sa.String(64), primary_key=True),
+    sa.Column("trace_id", sa.String(32), primary_key=True),
+    sa.Column("claim_id", sa.String(64), nullable=False),  # one per claimed batch (renew and release by it)
+    sa.Column("worker", sa.String(200)),  # host:pid
+    sa.Column("claimed_at_ns", sa.BigInteger, nullable=False),
+    sa.Column("expires_ns", sa.BigInteger, nullable=False),  # after this any worker may take the trace over
+    sa.Column("attempts", sa.Integer, nullable=False),  # claims of this trace so far (a takeover adds one)
+)
+
+judge_usage = sa.Table(
+    "judge_usage",
+    metadata,
+    sa.Column("evaluator_id", sa.String(64), primary_key=True),
+    sa.Column("hour", sa.BigInteger, primary_key=True),  # hours since the epoch (UTC)
+    sa.Column("calls", sa.BigInteger, nullable=False),  # judge requests reserved (then settled to those sent)
+    sa.Column("tokens", sa.BigInteger, nullable=False),  # prompt + completion tokens (reserved, then settled)
+    sa.Column("traces", sa.BigInteger, nullable=False),  # traces judged
+    sa.Column("denied", sa.BigInteger, nullable=False),  # traces refused for the budget
+)
+
+
+def _migration_7(conn: sa.Connection) -> None:
+    """v7: many scoring workers on one store.  ``score_claims``: a worker claims a batch of
+    unscored traces (a lease that expires, so a killed worker's batch is taken over) and releases
+    it with the scores; ``judge_usage``: LLM-judge calls and tokens per evaluator and hour, the
+    budget every worker shares."""
+    conn.execute(sa.text(
+        "CREATE TABLE IF NOT EXISTS score_claims (evaluator_id VARCHAR(64) NOT NULL, trace_id VARCHAR(32) NOT NULL, "
+        "claim_id VARCHAR(64) NOT NULL, worker VARCHAR(200), claimed_at_ns BIGINT NOT NULL, expires_ns BIGINT NOT NULL, "
+        "attempts INTEGER NOT NULL, PRIMARY KEY (evaluator_id, trace_id))"))
+    conn.execute(sa.text("CREATE INDEX IF NOT EXISTS ix_score_claims_claim ON score_claims (claim_id)"))
+    conn.execute(sa.text(
+        "CREATE TABLE IF NOT EXISTS judge_usage (evaluator_id VARCHAR(64) NOT NULL, hour BIGINT NOT NULL, calls BIGINT NOT NULL, "
+        "tokens BIGINT NOT NULL, traces BIGINT NOT NULL, denied BIGINT NOT NULL, PRIMARY KEY (evaluator_id, hour))"))
+
+
+# (name, table, columns, partial-index condition or None): what each serves is in _migration_8's docstring
+V8_INDEXES = [
+    ("ix_traces_project_first_seen", "traces", "project, first_seen_ns", None),
+    ("ix_feedback_name_created", "feedback", "name, created_at_ns", None),
+    ("ix_trace_scores_undelivered", "trace_scores", "evaluator_id, trace_start_ns", "pushed_at_ns IS NULL"),
+    ("ix_monitor_alerts_scope", "monitor_alerts", "project, target, created_at_ns", None),
+    ("ix_monitor_alerts_evaluator", "monitor_alerts", "evaluator_id, kind", None),
+    ("ix_refit_runs_scope", "refit_runs", "project, target, started_ns", None),
+    ("ix_refit_runs_running", "refit_runs", "outcome", "outcome = 'running'"),
+]
+
+
+def _migration_8(conn: sa.Connection) -> None:
+    """v8: indexes for the queries the worker, the dashboard and retention run at 10^5-10^6 traces
+    (chosen with EXPLAIN on SQLite and Postgres; timings in tests/benchmarks/store_scale.py):
+
+    - traces (project, first_seen_ns): the unscored-trace query (one project, newest first) and
+      ``store prune --project``;
+    - feedback (name, created_at_ns): ``count_feedback`` (new feedback since the last fit, every
+      worker tick), ``feedback_frame(names=...)`` in time order, the training frame's labelled-trace
+      filter; it replaces ix_feedback_name (name), its prefix;
+    - trace_scores (evaluator_id, trace_start_ns) WHERE pushed_at_ns IS NULL: the Langfuse push's
+      undelivered scores, newest first, without walking every delivered score;
+    - monitor_alerts (project, target, created_at_ns) and (evaluator_id, kind): the dashboard's
+      newest alerts and the monitor's one-alert-per-kind check;
+    - refit_runs (project, target, started_ns) and the running ones: the dashboard's run list and
+      the stale-run sweep at every refit.
+
+    Not indexed on purpose: score_claims by trace_id (retention deletes a trace's claims; the
+    table only holds batches in flight, and every claim and release would pay for the index).
+    On Postgres the tables are analysed afterwards, so the planner sees the new indexes' use at once."""
+    for name, table, cols, where in V8_INDEXES:
+        cond = f" WHERE {where}" if where else ""
+        conn.execute(sa.text(f"CREATE INDEX IF NOT EXISTS {name} ON {table} ({cols}){cond}"))
+    conn.execute(sa.text("DROP INDEX IF EXISTS ix_feedback_name"))
+    if conn.dialect.name == "postgresql":
+        for table in sorted({t for _, t, _, _ in V8_INDEXES}):
+            conn.execute(sa.text(f"ANALYZE {table}"))
+
+
 MIGRATIONS: list[tuple[int, callable]] = [(1, _migration_1), (2, _migration_2), (3, _migration_3), (4, _migration_4),
-                                          (5, _migration_5), (6, _migration_6)]
+                                          (5, _migration_5), (6, _migration_6), (7, _migration_7), (8, _migration_8)]
 SCHEMA_VERSION = MIGRATIONS[-1][0]

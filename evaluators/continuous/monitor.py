@@ -13,10 +13,14 @@ scheduler (``autometrics worker``), the demo, a cron job or a test can call:
   nobody else is running.
 - :meth:`Monitor.score_new` — score traces the champion has not scored yet, in batches; store
   the overall score, each metric's value and contribution, and rationales per trace.
-- :meth:`Monitor.check_drift` — score-distribution drift (KS + PSI against the champion's
-  fit-time scores) and validity decay (tau of online scores on feedback newer than the fit),
-  with the thresholds of ``MonitorConfig.drift`` (:class:`~autometrics.evaluators.continuous.drift.DriftThresholds`);
-  alerts are stored (and shown in the dashboard, pushed to Langfuse).
+- :meth:`Monitor.check_drift` — score drift (the champion's online scores in consecutive
+  windows after a reference window of its first out-of-sample online scores, KS + PSI with
+  permutation nulls, an alert after ``persistence`` significant windows in a row) and validity
+  decay (tau of online scores on feedback newer than the fit vs the fit's held-out tau, both
+  with their CIs), with the thresholds of ``MonitorConfig.drift``
+  (:class:`~autometrics.evaluators.continuous.drift.DriftThresholds`; the design and its measured
+  calibration are in that module); the state is kept in the version's statistics (``drift``,
+  ``live_validity``), alerts are stored (and shown in the dashboard, pushed to Langfuse).
 
 Nothing here stores or logs a secret: versions hold the evaluator artifact and statistics,
 runs hold host:pid, the store URL is only ever shown with the password hidden.
@@ -25,7 +29,6 @@ runs hold host:pid, the store URL is only ever shown with the password hidden.
 from __future__ import annotations
 
 import logging
-import math
 import os
 import socket
 import time
@@ -36,7 +39,14 @@ import numpy as np
 import pandas as pd
 from autometrics.collectors.store import TraceStore
 from autometrics.collectors.store.locks import RefitLock
-from autometrics.evaluators.continuous.drift import DriftThresholds
+from autometrics.evaluators.continuous.drift import (
+    DriftThresholds,
+    drift_windows,
+    fit_agreement,
+    score_drift_message,
+    validity_decay,
+    validity_message,
+)
 
 __all__ = ["MonitorConfig", "Monitor", "RefitOutcome"]
 
@@ -51,6 +61,14 @@ def _now_ns() -> int:
 
 def _worker_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def _max_start_ns(frame: pd.DataFrame) -> int:
+    """Start (ns) of the newest trace in a training frame (0 when empty or unknown)."""
+    if not len(frame) or "start_time" not in frame.columns:
+        return 0
+    t = pd.to_datetime(frame["start_time"], utc=True, errors="coerce").dropna()
+    return int(t.max().value) if len(t) else 0
 
 
 @dataclass
@@ -71,7 +89,8 @@ class MonitorConfig:
     batch_size: int = 256  # traces per scoring batch
     max_batches: int = 20  # batches per scoring run (bounded work per tick)
     settle_seconds: float = 5.0  # don't score traces younger than this (their root span may still be open)
-    drift_window: int = 200  # newest online scores compared with the fit-time scores
+    reference_window: int = 200  # drift reference: the first online scores of traces after the fit's data
+    drift_window: int = 200  # scores per drift window (consecutive, non-overlapping, after the reference)
     validity_window: int = 200  # newest feedback (after the fit) used for validity decay
     drift: DriftThresholds = field(default_factory=DriftThresholds)  # when drift/validity statistics alert
     aggregate: str = "latest"
@@ -263,7 +282,9 @@ class Monitor:
             "n_train": int(len(train)),
             "n_holdout": int(len(hold)),
             "new_feedback": int(new),
-            "reference_scores": [round(float(x), 5) for x in all_pred[np.isfinite(all_pred)]][:2000],
+            "reference_scores": [round(float(x), 5) for x in all_pred[np.isfinite(all_pred)]][:2000],  # display only
+            # the drift reference starts after the newest trace the fit used (out-of-sample from there on)
+            "fit_traces_until_ns": _max_start_ns(frame),
             "warnings": warnings,
             "notes": fit.notes,
             "champion_version": champ_row["version"] if champ_row else None,
@@ -305,47 +326,21 @@ class Monitor:
         return self.store.runs(self.cfg.project, self.cfg.target, limit)
 
     # ------------------------------------------------------------------ online scoring
-    def _unscored(self, evaluator_id: str, limit: int) -> list[tuple[str, int]]:
+    def _unscored(self, evaluator_id: str, limit: int, *, unclaimed: bool = False) -> list[tuple[str, int]]:
+        """Settled traces the version has not scored (newest first); a read that claims nothing
+        (``score_new`` claims its batches), with ``unclaimed`` only those no worker holds."""
         settled = _now_ns() - int(self.cfg.settle_seconds * 1e9) if self.cfg.settle_seconds > 0 else None
-        return self.store.unscored_traces(self.cfg.project, evaluator_id, limit, seen_before_ns=settled)
+        return self.store.unscored_traces(self.cfg.project, evaluator_id, limit, seen_before_ns=settled, unclaimed=unclaimed)
 
-    def score_new(self, *, limit_batches: int | None = None) -> int:
-        """Score traces the champion has not scored yet (newest first); returns how many were scored."""
-        from autometrics.evaluators.continuous.refit import explain_scores
-        from autometrics.evaluators.fit import SCORE_COLUMN
+    def score_new(self, *, limit_batches: int | None = None, options=None) -> int:
+        """Score traces the champion has not scored yet (newest first); returns how many records
+        were stored.  Any number of workers may run this at once on one store: each claims
+        disjoint batches (:mod:`~autometrics.evaluators.continuous.scoring`, which also applies
+        ``options``, a :class:`~autometrics.evaluators.continuous.scoring.ScoringOptions`: lease,
+        judge sampling, budget, endpoint)."""
+        from autometrics.evaluators.continuous.scoring import score_new
 
-        champ_row, ev = self.champion_evaluator()
-        if ev is None:
-            return 0
-        total = 0
-        for _ in range(limit_batches or self.cfg.max_batches):
-            todo = self._unscored(champ_row["id"], self.cfg.batch_size)
-            if not todo:
-                break
-            texts = self.store.trace_texts([t for t, _ in todo]).set_index("trace_id")
-            rows = []
-            now = _now_ns()
-            ok = texts[texts["output"].notna()] if not texts.empty else texts
-            if len(ok):
-                scored = ev.score_texts(ok["output"].astype(str).tolist(), inputs=ok["input"].fillna("").astype(str).tolist())
-                contrib, rats = explain_scores(ev, scored)
-                for i, tid in enumerate(ok.index):
-                    val = float(scored[SCORE_COLUMN].iloc[i])
-                    rows.append({"trace_id": tid, "score": val if math.isfinite(val) else None,
-                                 "metrics": {f["feature"]: scored[f["feature"]].iloc[i] for f in ev.features},
-                                 "contributions": contrib.iloc[i].to_dict(), "rationales": rats[i],
-                                 "error": None, "trace_start_ns": int(ok["start"].iloc[i])})
-            for tid, first_seen in todo:
-                if tid not in ok.index:
-                    rows.append({"trace_id": tid, "score": None, "metrics": None, "contributions": None, "rationales": None,
-                                 "error": "no output captured for this trace", "trace_start_ns": first_seen})
-            for r in rows:
-                r.update(evaluator_id=champ_row["id"], project=self.cfg.project, target=self.cfg.target, scored_at_ns=now)
-            self.store.write_scores(rows)
-            total += len(rows)
-            if len(todo) < self.cfg.batch_size:
-                break
-        return total
+        return score_new(self, limit_batches=limit_batches, options=options).written
 
     def scores_frame(self, evaluator_id: str | None = None, *, limit: int | None = None) -> pd.DataFrame:
         """Online scores (newest trace first) of one version, default the champion."""
@@ -359,42 +354,63 @@ class Monitor:
     # ------------------------------------------------------------------ drift
     def check_drift(self) -> list[dict]:
         """Score drift and validity decay of the champion; stores and returns new alerts."""
-        from autometrics.evaluators.continuous.drift import score_drift, validity_decay
-
         ch = self.champion()
         if ch is None:
             return []
-        new_alerts = []
-        scores = self.scores_frame(ch["id"], limit=self.cfg.drift_window)
-        cur = pd.to_numeric(scores["score"], errors="coerce").dropna().to_numpy()
         th = self.cfg.drift or DriftThresholds()
-        d = score_drift(ch["statistics"].get("reference_scores", []), cur, thresholds=th)
-        if d["alert"]:
-            msg = (f"score drift: the newest {d['n_current']} scores differ from fit-time scores (KS={d['ks']:.2f}, p={d['p_value']:.2g}, "
-                   f"PSI={d['psi']:.2f}; mean {d['mean_reference']:.3g} -> {d['mean_current']:.3g})")
-            new_alerts.append(self._alert_once("score_drift", "alert", msg, ch["id"], d))
+        labelled = self.labelled_frame()
+        new_alerts = [self._check_score_drift(ch, th, labelled)]
         # validity: online scores of traces whose feedback arrived after the champion's fit
-        fresh = self.labelled_frame(since_ns=ch["feedback_max_ns"] or 0)
+        fresh = labelled[labelled["feedback_ns"] > (ch["feedback_max_ns"] or 0)] if len(labelled) else labelled
         if len(fresh):
             fresh = fresh.sort_values("feedback_ns").tail(self.cfg.validity_window)
-            all_scores = self.scores_frame(ch["id"])
-            online = all_scores[["trace_id", "score"]].rename(columns={"score": "_online"})
+            online = self.store.scores_frame(ch["id"], columns=["trace_id", "score"], trace_ids=fresh["id"].tolist())
+            online = online.rename(columns={"score": "_online"})
             m = fresh.merge(online, left_on="id", right_on="trace_id", how="inner")
-            m = m[m["_online"].notna()]
-            fit_tau = (ch["statistics"].get("holdout") or {}).get("challenger", {}).get("tau")
-            vd = validity_decay(m["_online"].to_numpy(dtype=float), m[self.cfg.target].to_numpy(dtype=float), fit_tau,
-                                n_boot=min(self.cfg.n_boot, 500), seed=self.cfg.seed, thresholds=th)
+            m = m[pd.to_numeric(m["_online"], errors="coerce").notna()]
+            st = ch["statistics"]
+            fit = fit_agreement(("newest held-out feedback", (st.get("holdout") or {}).get("challenger")),
+                                ("the fit's test split", (st.get("fit") or {}).get("test")))
+            vd = validity_decay(m["_online"].to_numpy(dtype=float), m[self.cfg.target].to_numpy(dtype=float), fit.get("tau"),
+                                fit=fit, n_boot=min(self.cfg.n_boot, 500), seed=self.cfg.seed, thresholds=th)
+            times = (int(m["feedback_ns"].min()), int(m["feedback_ns"].max())) if len(m) else None
+            vd["feedback_first_ns"], vd["feedback_last_ns"] = times or (None, None)
             self._set_validity(ch["id"], vd)
             w = vd["window"]
             if vd["level"] == "alert":
-                msg = (f"validity decay: on the newest {w['n']} feedback points tau = {w['tau']:.3f} "
-                       f"[95% CI {w['ci_low']:.3f}, {w['ci_high']:.3f}], below the fit-time {fit_tau:.3f}")
-                new_alerts.append(self._alert_once("validity_decay", "alert", msg, ch["id"], vd))
+                new_alerts.append(self._alert_once("validity_decay", "alert", validity_message(vd, times), ch["id"], vd))
             elif vd["level"] == "warning":
                 p_txt = "undefined" if w["p_value"] is None else f"{w['p_value']:.2g}"
-                msg = f"low significance: on the newest {w['n']} feedback points tau = {w['tau']:.3f}, p = {p_txt} > {th.validity_p:g}"
+                msg = (f"low significance: on the newest {w['n']} feedback points after the fit, tau = {w['tau']:.3f}, "
+                       f"p = {p_txt} > {th.validity_p:g}: the evaluator's agreement with current feedback is not "
+                       "established; collect more feedback before trusting its scores")
                 new_alerts.append(self._alert_once("low_significance", "warning", msg, ch["id"], vd))
         return [a for a in new_alerts if a]
+
+    def _check_score_drift(self, ch: dict, th: DriftThresholds, labelled: pd.DataFrame) -> dict | None:
+        """Test the champion's complete, not yet tested score windows (see :func:`.drift.drift_windows`);
+        the state (frozen reference, tested windows) lives in the version's statistics under ``drift``."""
+        st = ch["statistics"]
+        since = st.get("fit_traces_until_ns")
+        if since is None:  # a version stored before this field: the newest trace with feedback the fit saw
+            seen = labelled[labelled["feedback_ns"] <= (ch["feedback_max_ns"] or 0)] if len(labelled) else labelled
+            since = _max_start_ns(seen)
+        scores = self.store.scores_frame(ch["id"], columns=["trace_start_ns", "score"], since_ns=int(since))
+        sc = pd.to_numeric(scores["score"], errors="coerce")
+        state = drift_windows(scores["trace_start_ns"].to_numpy(dtype=float), sc.to_numpy(dtype=float), since_ns=int(since),
+                              reference_window=self.cfg.reference_window, window=self.cfg.drift_window, thresholds=th,
+                              seed=self.cfg.seed, previous=st.get("drift"))
+        try:
+            self.store.update_version_statistics(ch["id"], "drift", {**state, "checked_at_ns": _now_ns()})
+        except Exception as exc:  # bookkeeping must not stop the check
+            log.warning("could not store the drift state: %s", exc)
+        if not state["alert"]:
+            return None
+        last = state["windows"][-1]
+        details = {**state, **{k: last[k] for k in ("ks", "p_value", "psi", "psi_null", "psi_excess")},
+                   "mean_reference": state["reference"]["mean"], "mean_current": last["mean"]}
+        details["reference"] = {k: v for k, v in state["reference"].items() if k != "scores"}
+        return self._alert_once("score_drift", "alert", score_drift_message(state), ch["id"], details)
 
     def _alert_once(self, kind, severity, message, evaluator_id, details) -> dict | None:
         """One open alert per (kind, evaluator version): a condition that persists is not re-alerted."""

@@ -7,6 +7,8 @@ Jobs live in an APScheduler ``SQLAlchemyJobStore`` in the trace store's own data
 - ``refit-check`` every ``poll`` seconds: refit as soon as ``min_new_feedback`` new feedback
   points arrived (the "at least N new feedback points" trigger);
 - ``score`` every ``score_interval`` seconds: score new traces with the champion, check drift.
+  Any number of workers may score one store at once: each claims disjoint batches with a lease
+  (``WorkerOptions.scoring``, :mod:`~autometrics.evaluators.continuous.scoring`).
 
 After every job the worker calls its *publishers* (``publish(monitor, job_result)``): the
 dashboard writer and the Langfuse push live in ``autometrics.dashboards.publish`` and are wired
@@ -26,12 +28,13 @@ import logging
 import signal
 import threading
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
 from autometrics.collectors.store import TraceStore
 from autometrics.evaluators.continuous.monitor import Monitor, MonitorConfig
+from autometrics.evaluators.continuous.scoring import ScoringOptions, score_new
 
 __all__ = ["Worker", "WorkerOptions", "Publisher", "run_job", "dashboard_default"]
 
@@ -61,6 +64,7 @@ class WorkerOptions:
     poll: float = 30.0  # how often the feedback-count trigger checks
     score_interval: float = 60.0
     jobstore: bool = True  # APScheduler jobs in the trace store's database
+    scoring: ScoringOptions = field(default_factory=ScoringOptions)  # claims' lease, judge sampling, budget, endpoint
 
 
 class Publisher(Protocol):
@@ -99,7 +103,8 @@ class Worker:
                     if need and self.monitor.new_feedback_count() >= need:
                         out["refit"] = self.monitor.refit(min_new_feedback=need)
                 elif kind == "score":
-                    out["scored"] = self.monitor.score_new()
+                    res = score_new(self.monitor, options=self.opts.scoring)
+                    out["scored"], out["scoring"] = res.written, res
                     out["alerts"] = self.monitor.check_drift()
                 self._publish(out)
             except Exception as exc:
@@ -186,7 +191,9 @@ def job_line(key: str, out: dict) -> str:
     if "refit" in out:
         parts.append(str(out["refit"]))
     if "scored" in out:
-        parts.append(f"scored {out['scored']} trace(s)")
+        res = out.get("scoring")
+        detail = f" ({res})" if res is not None and (res.written != res.scored or res.judge_calls or res.notes) else ""
+        parts.append(f"scored {out['scored']} trace(s){detail}")
     if out.get("alerts"):
         parts.append("alerts: " + "; ".join(a.get("kind", "?") for a in out["alerts"]))
     elif "alerts" in out:

@@ -2,9 +2,12 @@
 
   autometrics worker --target NAME [--store URL] [--project P] [--task TEXT] [--refit-interval S]
                      [--min-new-feedback N] [--poll S] [--score-interval S] [--dashboard PATH]
+                     [--claim-lease S] [--judge-sample-rate R] [--judge-calls-per-hour N] [--judge-tokens-per-hour N]
+                     [--judge-concurrency N] [--judge-url URL]
                      [--langfuse auto|on|off] [--langfuse-max-attempts N] [--no-llm] [--once] [--run-for S]
                      [--drift-ks-alpha P] [--drift-psi X] [--drift-min-scores N] [--drift-window N]
-                     [--validity-p P] [--validity-min-n N] [--validity-window N]
+                     [--drift-reference-window N] [--drift-persistence K]
+                     [--validity-p P] [--validity-alpha P] [--validity-min-n N] [--validity-window N]
   autometrics refit --target NAME [--store URL] [--project P] [--force] [--no-llm]
   autometrics versions list|show N [--out DIR]|compare A B|rollback N  --target NAME [--store URL] [--project P]
   autometrics dashboard --target NAME [--store URL] [--project P] [--out PATH] [--serve] [--port 8765]
@@ -49,24 +52,78 @@ def _drift_opts(p: argparse.ArgumentParser) -> None:
     d = DriftThresholds()
     g = p.add_argument_group(
         "drift and validity alerts",
-        "Score drift compares the newest online scores with the champion's fit-time scores and raises an alert only when "
-        "BOTH the two-sample Kolmogorov-Smirnov test and the Population Stability Index say the distribution moved. "
+        "Score drift compares consecutive windows of the champion's online scores with a reference window (its first "
+        "online scores of traffic after the fit's data); a window is significant when a permutation test (Kolmogorov-"
+        "Smirnov and Population Stability Index combined) says the distribution moved AND the PSI beyond its chance level "
+        "says by at least --drift-psi, "
+        "and an alert needs --drift-persistence significant windows in a row. "
         "Validity decay compares the champion's online scores with feedback that arrived after its fit: an alert when "
-        "the fit-time tau is above the new window's 95% CI, a warning when the new window's tau is not significant.")
+        "the tau on that feedback is below the fit's held-out tau beyond the noise of both (one-sided p below "
+        "--validity-alpha), a warning when it is not significant.")
     g.add_argument("--drift-ks-alpha", type=fraction, default=d.ks_alpha, metavar="P",
-                   help=f"score drift needs the KS p-value below P (default {d.ks_alpha:g}; lower = fewer alerts)")
+                   help=f"a drift window needs a permutation p-value (KS and PSI combined) below P (default {d.ks_alpha:g}; lower = fewer alerts)")
     g.add_argument("--drift-psi", type=at_least(0), default=d.psi_alert, metavar="X",
-                   help=f"... and a PSI of at least X (default {d.psi_alert:g}; rule of thumb: 0.1 small shift, 0.25 large)")
+                   help=f"... and a PSI at least X above its chance level (default {d.psi_alert:g}; rule of thumb: 0.1 moderate shift, 0.25 large)")
     g.add_argument("--drift-min-scores", type=count(2), default=d.min_scores, metavar="N",
                    help=f"no drift test with fewer than N scores on either side (default {d.min_scores})")
     g.add_argument("--drift-window", type=count(1), default=200, metavar="N",
-                   help="newest online scores compared with the fit-time scores (default 200)")
+                   help="online scores per drift window (consecutive, non-overlapping; default 200)")
+    g.add_argument("--drift-reference-window", type=count(2), default=200, metavar="N",
+                   help="the drift reference: the first N online scores of traces after the fit's data (default 200)")
+    g.add_argument("--drift-persistence", type=count(1), default=d.persistence, metavar="K",
+                   help=f"a drift alert needs K significant windows in a row (default {d.persistence})")
+    g.add_argument("--validity-alpha", type=fraction, default=d.validity_alpha, metavar="P",
+                   help=f"validity-decay alert when the drop from the fit's tau has a one-sided p below P (default {d.validity_alpha:g})")
     g.add_argument("--validity-p", type=fraction, default=d.validity_p, metavar="P",
                    help=f"warn when the agreement on new feedback has a p-value above P (default {d.validity_p:g})")
     g.add_argument("--validity-min-n", type=count(3), default=d.validity_min_n, metavar="N",
                    help=f"no validity verdict on fewer than N new feedback points (default {d.validity_min_n})")
     g.add_argument("--validity-window", type=count(1), default=200, metavar="N",
                    help="newest feedback after the fit used for validity decay (default 200)")
+
+
+def _rate(text: str) -> float:
+    v = at_least(0)(text)
+    if not 0 < v <= 1:
+        raise argparse.ArgumentTypeError(f"must be greater than 0 and at most 1, got {v:g}")
+    return v
+
+
+def _http_url(text: str) -> str:
+    if not text.strip().startswith(("http://", "https://")):
+        raise argparse.ArgumentTypeError(f"must be an http(s) base URL such as http://127.0.0.1:8000/v1, got {text!r}")
+    return text.strip().rstrip("/")
+
+
+def _scoring_opts(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group(
+        "online scoring with many workers and LLM judges",
+        "Any number of workers may score one store: each claims a batch of traces with a lease, renewed while it scores, and "
+        "a killed worker's batch goes to another worker once its lease ran out. Evaluators with LLM judges send them to the "
+        "evaluator's OpenAI-compatible endpoint (or --judge-url); the sampling rate and the hourly budget are shared by all "
+        "workers. Traces not sampled or over the budget get a record saying so and are not retried.")
+    g.add_argument("--claim-lease", type=positive, default=120.0, metavar="S",
+                   help="seconds a claimed batch stays with its worker without a renewal (renewed every S/3; default 120)")
+    g.add_argument("--judge-sample-rate", type=_rate, default=1.0, metavar="R",
+                   help="fraction of traces an evaluator with LLM judges scores, picked by trace id (default 1: every trace)")
+    g.add_argument("--judge-calls-per-hour", type=count(0), default=0, metavar="N",
+                   help="judge requests per hour for the champion, all workers together (default 0: no limit)")
+    g.add_argument("--judge-tokens-per-hour", type=count(0), default=0, metavar="N",
+                   help="judge prompt + completion tokens per hour, all workers together (default 0: no limit)")
+    g.add_argument("--judge-concurrency", type=count(1), default=None, metavar="N",
+                   help="traces judged at once by this worker (default: the evaluator's LLM setting)")
+    g.add_argument("--judge-url", type=_http_url, default=None, metavar="URL",
+                   help="OpenAI-compatible base URL for the judges (vLLM, llama.cpp, a hosted API; default: the evaluator's); "
+                        "a key comes from $AUTOMETRICS_LLM_API_KEY")
+
+
+def _scoring_options(args):
+    from autometrics.evaluators.continuous.scoring import ScoringOptions
+
+    return ScoringOptions(lease_seconds=args.claim_lease, judge_sample_rate=args.judge_sample_rate,
+                          judge_calls_per_hour=args.judge_calls_per_hour or None,
+                          judge_tokens_per_hour=args.judge_tokens_per_hour or None,
+                          judge_concurrency=args.judge_concurrency, judge_url=args.judge_url)
 
 
 def _drift_config(args) -> dict:
@@ -77,8 +134,10 @@ def _drift_config(args) -> dict:
         if getattr(args, name) < 1:
             raise ValueError(f"--{name.replace('_', '-')} must be at least 1")
     th = DriftThresholds(ks_alpha=args.drift_ks_alpha, psi_alert=args.drift_psi, min_scores=args.drift_min_scores,
-                         validity_min_n=args.validity_min_n, validity_p=args.validity_p)
-    return {"drift": th, "drift_window": args.drift_window, "validity_window": args.validity_window}
+                         validity_min_n=args.validity_min_n, validity_p=args.validity_p, persistence=args.drift_persistence,
+                         validity_alpha=args.validity_alpha)
+    return {"drift": th, "drift_window": args.drift_window, "validity_window": args.validity_window,
+            "reference_window": args.drift_reference_window}
 
 
 def add_commands(subparsers) -> None:
@@ -92,6 +151,7 @@ def add_commands(subparsers) -> None:
     w.add_argument("--score-interval", type=positive, default=60.0, help="score new traces every S seconds")
     w.add_argument("--batch-size", type=count(1), default=256, help="traces per scoring batch")
     w.add_argument("--settle-seconds", type=at_least(0), default=5.0, help="leave traces younger than this for the next round")
+    _scoring_opts(w)
     w.add_argument("--dashboard", default=None, help="dashboard HTML to rewrite after each job (default: beside a SQLite store)")
     w.add_argument("--langfuse", choices=["auto", "on", "off"], default="auto", help="push scores/warnings to Langfuse")
     w.add_argument("--langfuse-max-attempts", type=count(1), default=10, metavar="N",
@@ -197,7 +257,7 @@ def cmd_worker(args) -> int:
     from autometrics.dashboards.publish import default_publishers
 
     opts = WorkerOptions(refit_interval=args.refit_interval or None, min_new_feedback=args.min_new_feedback or None, poll=args.poll,
-                         score_interval=args.score_interval, jobstore=not args.no_jobstore)
+                         score_interval=args.score_interval, jobstore=not args.no_jobstore, scoring=_scoring_options(args))
     dashboard = args.dashboard or str(dashboard_default(mon.store))
     # no echo publisher: each job's line comes from the worker's own log (below), which also has failed jobs
     pubs = default_publishers(dashboard=dashboard, langfuse=args.langfuse, langfuse_max_attempts=args.langfuse_max_attempts)
@@ -251,31 +311,32 @@ def cmd_versions(args) -> int:
 
         check_out_folder(args.out, ["evaluator.json", "report.md"])
     mon = _monitor(args)
+    from autometrics.dashboards import figures as fig
+
     if args.versions_command == "list":
         vs = mon.versions()
         if args.json:
-            print(json.dumps([{k: v for k, v in x.items() if k != "statistics"} | {"heldout": (x["statistics"].get("holdout") or {})}
-                              for x in vs], default=str, indent=1))
+            def row(x):
+                st = x["statistics"]
+                return ({k: v for k, v in x.items() if k != "statistics"}
+                        | {"heldout": st.get("holdout") or {}, "fit_test": (st.get("fit") or {}).get("test") or {},
+                           "live_validity": st.get("live_validity") or {},
+                           "computed_on": {"heldout": fig.holdout(x)[1], "fit_test": fig.fit_test(x)[1], "live_validity": fig.live(x)[1]}})
+
+            print(json.dumps([row(x) for x in vs], default=str, indent=1))
             return 0
         if not vs:
             print(f"no evaluator versions for target {mon.cfg.target!r} in project {mon.cfg.project!r}")
             return 0
-        print(f"{'ver':>4}  {'status':<9} {'method':<16} {'n':>5}  held-out (newest feedback)                    reason")
+        print(f"{'ver':>4}  {'status':<9} {'method':<16} {'n':>5}  {'on the ' + fig.HOLDOUT + ' (champion/challenger)':<56} "
+              f"{'on the ' + fig.FIT_TEST:<44} reason")
         for x in vs:
-            h = (x["statistics"].get("holdout") or {}).get("challenger") or {}
             print(f"{'v' + str(x['version']):>4}  {x['status']:<9} {x['method'] or '':<16} {x['n_feedback'] or 0:>5}  "
-                  f"{_fmt_stats(h):<45} {x['reason'] or ''}")
+                  f"{_fmt_stats(fig.holdout(x)[0]):<56} {_fmt_stats(fig.fit_test(x)[0]):<44} {x['reason'] or ''}")
         return 0
     if args.versions_command == "show":
         x = mon.version(args.number)
-        st = x["statistics"]
-        print(f"v{x['version']} ({x['status']}, {x['method']}): {x['reason']}")
-        print(f"  held-out on newest feedback: {_fmt_stats((st.get('holdout') or {}).get('challenger') or {})}")
-        print(f"  fit-time test split:         {_fmt_stats((st.get('fit') or {}).get('test') or {})}")
-        for f in x["artifact"]["features"]:
-            print(f"  {f['feature']:<28} weight {f['weight']:+.4f}")
-        for w in st.get("warnings") or []:
-            print(f"  warning: {w}")
+        print("\n".join(fig.version_lines(x, fmt=_fmt_stats)))
         if args.out:
             from pathlib import Path
 

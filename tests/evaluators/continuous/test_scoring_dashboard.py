@@ -73,7 +73,7 @@ def test_drift_and_validity_alerts(fitted_store, tmp_path):
     assert not score_drift(a, rng.normal(size=300))["alert"] and score_drift(a, rng.normal(1.5, 1, 300))["alert"]
 
     url = _copy(fitted_store, tmp_path)
-    mon = Monitor(url, MonitorConfig(target="score", project="p", settle_seconds=0, n_boot=200))
+    mon = Monitor(url, MonitorConfig(target="score", project="p", settle_seconds=0, n_boot=200, reference_window=100, drift_window=50))
     assert mon.check_drift() == []  # same traffic as at fit time, no new feedback
     # traffic changes: very different outputs arrive and get scored
     df = simpeval(150, seed=3).assign(output=lambda d: d.output.str.repeat(4))
@@ -98,7 +98,7 @@ def test_drift_thresholds_decide_whether_an_alert_fires():
     rng = np.random.default_rng(1)
     ref, cur = rng.normal(size=400), rng.normal(0.6, 1, 300)
     d = score_drift(ref, cur)
-    assert d["alert"] and 0.2 <= d["psi"] < 1.0 and d["thresholds"] == {"ks_alpha": 0.01, "psi_alert": 0.2, "min_scores": 30}
+    assert d["alert"] and 0.2 <= d["psi"] < 1.0 and d["thresholds"] == {"ks_alpha": 0.01, "psi_alert": 0.1, "min_scores": 30}
     assert not score_drift(ref, cur, thresholds=DriftThresholds(psi_alert=1.0))["alert"]  # same data, higher bar
     assert not score_drift(ref, cur, thresholds=DriftThresholds(ks_alpha=d["p_value"] / 10))["alert"]
     small = score_drift(ref, cur[:40], thresholds=DriftThresholds(min_scores=50))
@@ -129,14 +129,15 @@ def test_worker_drift_flags_change_whether_an_alert_fires(fitted_store, tmp_path
     df = simpeval(150, seed=3).assign(output=lambda d: d.output.str.repeat(4))
     write_traces(mon.store, df, project="p", t0_ns=90_000_000_000, feedback=False)
     run = ["worker", "--store", url, "--project", "p", "--target", "score", "--no-llm", "--once", "--settle-seconds", "0",
-           "--langfuse", "off", "--dashboard", str(tmp_path / "d.html"), "--min-new-feedback", "100000"]
+           "--langfuse", "off", "--dashboard", str(tmp_path / "d.html"), "--min-new-feedback", "100000",
+           "--drift-reference-window", "100", "--drift-window", "50"]
     assert main(run + ["--drift-psi", "1000"]) == 0
     assert "scored 150 traces; 0 new alert(s)" in capsys.readouterr().out
     assert not [a for a in mon.alerts() if a["kind"] == "score_drift"]
-    assert main(run) == 0  # defaults: KS p < 0.01 and PSI >= 0.2
+    assert main(run) == 0  # defaults: permutation p < 0.01 and PSI >= 0.1 above chance, in 2 windows in a row
     assert "1 new alert(s)" in capsys.readouterr().out
     (alert,) = [a for a in mon.alerts() if a["kind"] == "score_drift"]
-    assert alert["details"]["thresholds"]["psi_alert"] == 0.2 and alert["details"]["psi"] >= 0.2
+    assert alert["details"]["thresholds"]["psi_alert"] == 0.1 and alert["details"]["psi_excess"] >= 0.1
     assert main(run + ["--drift-ks-alpha", "2"]) == 2  # a bad threshold is a usage error, not a traceback
     err = capsys.readouterr().err
     assert err.startswith("error: argument --drift-ks-alpha: must be between 0 and 1") and "Traceback" not in err
