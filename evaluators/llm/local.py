@@ -182,8 +182,9 @@ class LocalLLMServer:
             raise LocalLLMUnavailable(
                 f"the local model {self.size} is not installed; run `autometrics llm install --model {self.size}`"
             )
-        return [sys.executable, "-m", "llama_cpp.server", "--model", str(path), "--host", self.host, "--port", str(self.port),
-                "--n_ctx", str(self.n_ctx), "--n_threads", str(self.n_threads), "--model_alias", "local"]
+        # the wrapper runs llama_cpp.server and ends it when this process dies (see _server_child)
+        return [sys.executable, "-m", "autometrics.evaluators.llm._server_child", str(os.getpid()), "--model", str(path),
+                "--host", self.host, "--port", str(self.port), "--n_ctx", str(self.n_ctx), "--n_threads", str(self.n_threads), "--model_alias", "local"]
 
     def start(self) -> LocalLLMServer:
         if self.proc is not None:

@@ -79,3 +79,29 @@ def test_kill_9_of_serve_takes_the_child_down():
     p.kill()
     p.wait(timeout=10)
     assert _gone(child)
+
+
+_THREAD_PARENT = """
+import sys, threading
+from autometrics.evaluators.llm.local import LocalLLMServer
+srv = LocalLLMServer("0.5b", n_threads=1)
+t = threading.Thread(target=srv.start)  # a fit starts its server from a worker thread
+t.start(); t.join()
+print("child", srv.proc.pid, flush=True)
+threading.Event().wait()
+"""
+
+
+def test_kill_9_of_a_process_whose_thread_started_the_server_takes_the_server_down():
+    """The parent-death signal cannot serve here (it fires when the starting *thread* ends); the
+    server's wrapper watches its parent pid instead."""
+    p = subprocess.Popen([sys.executable, "-c", _THREAD_PARENT], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    line, deadline = "", time.monotonic() + 240
+    while not line.startswith("child") and time.monotonic() < deadline and p.poll() is None:
+        line = p.stdout.readline()
+    assert line.startswith("child"), f"the server did not start: {line!r}"
+    child = int(line.split()[1])
+    assert _alive(child)  # the thread that started it has ended: the server must still be up
+    p.kill()
+    p.wait(timeout=10)
+    assert _gone(child, within=10)
