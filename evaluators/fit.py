@@ -29,7 +29,7 @@ from autometrics.evaluators.induce import DEFAULT_REGRESSION, MIN_LABELS_FOR_CON
 from autometrics.evaluators.judges.options import LLMOptions
 from autometrics.metricbank import Metric, default_metrics, get_metric
 
-__all__ = ["fit_evaluator", "FitResult", "Evaluator", "LLMOptions", "load_evaluator", "score_metrics", "SCORE_COLUMN",
+__all__ = ["fit_evaluator", "sample_rows", "FitResult", "Evaluator", "LLMOptions", "load_evaluator", "score_metrics", "SCORE_COLUMN",
            "MIN_LABELS_FOR_CONFIDENCE"]
 
 
@@ -55,6 +55,7 @@ def fit_evaluator(
     dataset: Dataset | None = None,
     features: tuple[pd.DataFrame, dict, list[str]] | None = None,
     dry_run: bool = False,
+    max_rows: int | None = None,
     echo=lambda *a, **k: None,
 ):
     """Fit an evaluator for the label column ``target`` (see the module docstring).
@@ -67,13 +68,16 @@ def fit_evaluator(
     least squares over near-duplicate-collapsed metrics), ``pls`` (the paper's two-stage PLS),
     ``enet``, ``single`` (best metric), ``nnls_nodedup``, or ``auto`` (chosen by grouped CV on
     the training rows).  ``dry_run`` (LLM path only) returns the estimated calls and tokens and makes no call.
-    ``echo`` receives progress lines of the LLM path.
+    ``echo`` receives progress lines of the LLM path.  ``max_rows``: fit on a seeded sample of at
+    most this many labelled rows, made of whole groups (inputs), so the split stays grouped.
     """
     started = time.perf_counter()
     ds = dataset or load_dataset(data, target, input_col=input_col, output_col=output_col, reference_cols=reference_cols,
                                  id_col=id_col, group_col=group_col)
     if target not in ds.targets:
         raise DataError(f"target {target!r} was not loaded; loaded targets: {ds.targets}")
+    if max_rows is not None and features is None:
+        ds = sample_rows(ds, target, max_rows, seed)
     common = {"task": task, "test_size": test_size, "seed": seed, "top_n": top_n, "n_boot": n_boot, "regression": regression}
     if llm is not None or llm_options is not None:
         from autometrics.evaluators.judges.pipeline import fit_with_judges
@@ -93,3 +97,20 @@ def fit_evaluator(
             bank = [get_metric(m) if isinstance(m, str) else m for m in metrics]
         features = score_metrics(bank, lab.outputs, lab.inputs if lab.has_input else None, lab.references, progress=progress)
     return fit_on_features(ds, target, features, unavailable=unavailable, started=started, **common)
+
+
+def sample_rows(ds: Dataset, target: str, max_rows: int, seed: int = 0) -> Dataset:
+    """The labelled rows of ``target`` cut to about ``max_rows`` whole groups (seeded); the
+    dataset itself when it is not larger.  The cut is recorded in the dataset's warnings, so the
+    artifact and the CLI say it."""
+    from autometrics.evaluators.judges.screening import sample_groups
+
+    if max_rows < 2:
+        raise ValueError(f"max_rows must be at least 2, got {max_rows}")
+    lab = ds.labelled(target)
+    if len(lab) <= max_rows:
+        return ds
+    sub = lab.subset(sample_groups(lab.frame["group"].to_numpy(), max_rows, seed))
+    sub.warnings.append(f"max rows {max_rows}: fitted on a seeded sample of {len(sub)} of {len(lab)} labelled rows "
+                        f"({sub.frame['group'].nunique()} whole groups, seed {seed})")
+    return sub

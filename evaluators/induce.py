@@ -24,7 +24,7 @@ from autometrics.evaluators.evaluator import ARTIFACT_FORMAT, ARTIFACT_VERSION, 
 from autometrics.evaluators.selection import SELECTORS, choose_regression, make_selector
 from autometrics.evaluators.stats import agreement, kendall_tau
 
-__all__ = ["FitResult", "fit_on_features", "MIN_LABELS_FOR_CONFIDENCE", "DEFAULT_REGRESSION", "REGRESSIONS"]
+__all__ = ["FitResult", "fit_on_features", "candidate_fates", "MIN_LABELS_FOR_CONFIDENCE", "DEFAULT_REGRESSION", "REGRESSIONS"]
 
 #: sign-constrained NNLS with near-duplicate collapsing: measured best on the 16 shared targets
 #: (tests/benchmarks/regression_compare.py: mean held-out tau 0.332 vs 0.290 for the paper's PLS)
@@ -50,6 +50,32 @@ class FitResult:
 
 def _feature_tau(values: np.ndarray, y: np.ndarray) -> float:
     return kendall_tau(values, y)[0]
+
+
+def candidate_fates(selector, names: list[str], generated) -> list[str]:
+    """Why each candidate is in the evaluator or not, read from a fitted selector: ``kept``,
+    ``constant`` (no variation on the training rows), ``negative weight`` (a generated metric that
+    disagrees with the labels: dropped, since a judge is written so that higher is better),
+    ``near-duplicate of X`` (collapsed into X by NNLS) or ``not in top n`` (no weight, or a smaller
+    one than the selected metrics)."""
+    selected = set(selector.selected_.tolist())
+    tau = getattr(selector, "tau_", None)
+    sign = tau if tau is not None else selector.stage1_coef_
+    member_of = {m: rep for rep, ms in (getattr(selector, "clusters_", None) or {}).items() for m in ms}
+    drop_negative = getattr(selector, "drop_negative_generated", True)
+    out = []
+    for j in range(len(names)):
+        if j in selected:
+            out.append("kept")
+        elif not selector.usable_[j]:
+            out.append("constant")
+        elif drop_negative and generated[j] and np.isfinite(sign[j]) and sign[j] < 0:
+            out.append("negative weight")
+        elif j in member_of:
+            out.append(f"near-duplicate of {names[member_of[j]]}")
+        else:
+            out.append("not in top n")
+    return out
 
 
 def fit_on_features(
@@ -107,6 +133,7 @@ def fit_on_features(
     stats_test = agreement(pred_test, y[test_pos], n_boot=n_boot, seed=seed)
 
     # per-candidate agreement, and the best single existing metric chosen on train (its sign too)
+    fates = candidate_fates(selector, names, generated)
     rows = []
     for j, name in enumerate(names):
         t_tr = _feature_tau(Xa[train_pos, j], y[train_pos])
@@ -122,6 +149,7 @@ def fit_on_features(
                 "stage1_weight": selector.stage1_coef_[j],
                 "usable": bool(selector.usable_[j]),
                 "selected": bool(j in set(selector.selected_.tolist())),
+                "fate": fates[j],
                 "missing": int(np.isnan(Xa[:, j]).sum()),
                 "seconds": meta[name]["seconds"],
             }

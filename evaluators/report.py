@@ -10,9 +10,10 @@ from pathlib import Path
 
 import numpy as np
 from autometrics.evaluators.fit import FitResult
+from autometrics.evaluators.report_candidates import candidates_markdown
 from autometrics.metricbank import load_card
 
-__all__ = ["render_markdown", "render_html", "write_reports", "attach_analyses"]
+__all__ = ["render_markdown", "render_html", "write_reports", "attach_analyses", "metric_direction"]
 
 
 def fmt_number(v, digits: int = 3) -> str:
@@ -63,6 +64,43 @@ def _stands_for(f: dict) -> str:
     return ", ".join(reps) if reps else "–"
 
 
+def metric_direction(f: dict, n_train: int | None = None) -> dict:
+    """How the evaluator uses one selected metric, read against the metric's card.
+
+    The score adds ``weight * z(metric)`` with z the plain standardised value, not flipped by
+    ``higher_is_better`` (:meth:`Evaluator.contributions`), so the weight's sign alone says which
+    way the metric moves the score; ``higher_is_better`` is the card's claim (MetricBank's class
+    attribute, per sub-score; True for LLM judges), recorded in the artifact at fit time.  NNLS
+    gives each weight the sign of the metric's train τ, so a weight against the card means the
+    humans preferred the other direction on this feedback.  Returns ``uses`` (the direction the
+    evaluator uses), ``card``, ``contradicts`` and a one-line ``reading``.
+    """
+    name, w = f["feature"], float(f["weight"])
+    card_higher = bool(f.get("higher_is_better", True))
+    card = "higher is better" if card_higher else "lower is better"
+    if w == 0 or not math.isfinite(w):
+        return {"uses": "no effect (weight 0)", "card": card, "contradicts": False,
+                "reading": f"{name} has weight 0: it does not move the score."}
+    up = w > 0
+    uses = "higher value raises the score" if up else "lower value raises the score"
+    t = f.get("tau_train")
+    t = float(t) if isinstance(t, int | float) and math.isfinite(t) else None
+    on = "fit-time training split" + (f" (n={n_train})" if n_train is not None else "")
+    tau = "" if t is None else f" (its τ with the labels on the {on}: {t:+.2f})"
+    if up == card_higher:
+        reading = (f"a higher {name} raises the score, as its card expects" if up else
+                   f"negative weight on a lower-is-better metric: a lower {name} raises the score, as its card expects "
+                   "(the usual direction, not a penalty)")
+        return {"uses": uses, "card": card, "contradicts": False, "reading": reading}
+    hi, lo = ("higher", "lower") if up else ("lower", "higher")
+    if t is not None and t != 0 and (t > 0) != up:  # e.g. PLS: the weight goes against the metric's own τ
+        why = f"its own τ points the other way{tau}: the weight corrects for the other metrics, read it only together with them"
+    else:
+        why = f"on this feedback humans preferred {hi} {name}{tau}: a task-specific signal, not the card's notion of quality"
+    reading = f"contradicts its card: a {hi} {name} raises the score although the card says {lo} is better; {why}"
+    return {"uses": uses, "card": card, "contradicts": True, "reading": reading}
+
+
 def _card_markdown(name: str) -> str:
     try:
         return load_card(name)
@@ -99,11 +137,13 @@ def render_markdown(result: FitResult) -> str:
     lines += [f"- ⚠ {w}" for w in a["warnings"]] or ["- none"]
     lines += ["", "## Evaluator", "", f"`{_formula(ev)}`", "", "z(m) = (m − train mean) / train std; missing values take the train median.", ""]
     lines += [_regression_line(a), ""]
-    lines += ["| metric | weight | importance | τ train | τ test | higher is better | stands for (near-duplicates left out) |",
-              "|---|---:|---:|---:|---:|---|---|"]
+    lines += ["| metric | weight | importance | τ train | τ test | the evaluator uses | metric card | reading | stands for (near-duplicates left out) |",
+              "|---|---:|---:|---:|---:|---|---|---|---|"]
     for f in a["features"]:
+        d = metric_direction(f, st["train"].get("n"))
         lines.append(
-            f"| `{f['feature']}` | {f['weight']:+.4f} | {100 * f['importance']:.1f}% | {fmt_number(f['tau_train'])} | {fmt_number(f['tau_test'])} | {'yes' if f['higher_is_better'] else 'no'} | {_stands_for(f)} |"
+            f"| `{f['feature']}` | {f['weight']:+.4f} | {100 * f['importance']:.1f}% | {fmt_number(f['tau_train'])} | {fmt_number(f['tau_test'])} | "
+            f"{d['uses']} | {d['card']} | {'⚠ ' if d['contradicts'] else ''}{d['reading']} | {_stands_for(f)} |"
         )
     lines += ["", f"## All candidate metrics ({st['n_candidates']}, {st['n_usable_candidates']} usable)", ""]
     lines += ["| metric | τ train | τ test | stage-1 weight | selected |", "|---|---:|---:|---:|---|"]
@@ -261,14 +301,16 @@ def render_html(result: FitResult) -> str:
     out.append("<h2>The evaluator</h2>")
     out.append(f"<div class='formula'><code>{e(_formula(ev))}</code><div class='meta'>z(m) = (m − train mean) / train std; missing values take the train median.</div></div>")
     out.append(f"<p>{e(_regression_line(a)).replace('**', '')}</p>")
-    out.append("<table id='selected'><tr><th>metric</th><th>weight</th><th>importance</th><th>τ train</th><th>τ test</th><th>higher is better</th>"
-               "<th>stands for (near-duplicates left out)</th></tr>")
+    out.append("<table id='selected'><tr><th>metric</th><th>weight</th><th>importance</th><th>τ train</th><th>τ test</th><th>the evaluator uses</th>"
+               "<th>metric card</th><th>reading</th><th>stands for (near-duplicates left out)</th></tr>")
     for f in a["features"]:
         pct = 100 * f["importance"]
+        d = metric_direction(f, st["train"].get("n"))
         out.append(
             f"<tr><td><code>{e(f['feature'])}</code></td><td class='n'>{f['weight']:+.4f}</td>"
             f"<td><span class='bar' style='width:{1.6 * pct:.0f}px'></span> {pct:.1f}%</td>"
-            f"<td class='n'>{fmt_number(f['tau_train'])}</td><td class='n'>{fmt_number(f['tau_test'])}</td><td>{'yes' if f['higher_is_better'] else 'no'}</td>"
+            f"<td class='n'>{fmt_number(f['tau_train'])}</td><td class='n'>{fmt_number(f['tau_test'])}</td><td>{e(d['uses'])}</td>"
+            f"<td>{e(d['card'])}</td><td class='{'contradicts' if d['contradicts'] else 'reading'}'>{'⚠ ' if d['contradicts'] else ''}{e(d['reading'])}</td>"
             f"<td>{e(_stands_for(f))}</td></tr>"
         )
     out.append("</table>")
@@ -328,6 +370,7 @@ def llm_markdown(a: dict, level: int = 2) -> list[str]:
         w = weights.get(g["feature"])
         lines.append(f"| `{g['feature']}` | {g['kind']} | {g['criterion']} | {fmt_number(g.get('tau_train'))} | {fmt_number(g.get('tau_test'))} | "
                      f"{'' if w is None else f'{w:+.4f}'} | {g.get('missing', '–')} |")
+    lines += candidates_markdown(a, level)  # every candidate's fate, screening figure and tokens
     for g in a.get("generated") or []:
         spec = g["spec"]
         lines += ["", f"{h}# `{g['feature']}`{' (selected)' if g.get('selected') else ''}", "",

@@ -23,7 +23,7 @@ log = logging.getLogger("autometrics")
 
 # Metric classes outside MetricBank that an artifact may name (generated LLM judges).  Only
 # these are imported: an artifact never makes us import arbitrary code.
-_FACTORIES = {"autometrics.evaluators.judges:LLMJudgeMetric"}
+_FACTORIES = {"autometrics.evaluators.judges:LLMJudgeMetric", "autometrics.evaluators.judges.code_metric:CodeMetric"}
 
 
 def metric_from_artifact_spec(spec: dict) -> Metric:
@@ -44,6 +44,31 @@ def _progress(iterable, *, total: int, desc: str, enabled: bool):
     return tqdm(iterable, total=total, desc=desc, unit="metric", leave=False)
 
 
+def _ask_judges_row_major(metrics: list[Metric], outputs, inputs) -> None:
+    """Generated LLM judges of one model are asked about one example after another, all criteria
+    of an example in a row (as the fit does), so a server's prefix cache evaluates each example's
+    text once; each judge's ``score`` then reads its prefetched replies.  A judge that already
+    holds replies for these rows (the fit prefetched them) is not asked again."""
+    judges = [m for m in metrics if getattr(m, "generated", False) and hasattr(m, "_prefetched") and hasattr(m, "requests")]
+    if len(judges) < 2:
+        return
+    from autometrics.evaluators.judges.metric import LLMJudgeMetric, prefetch_row_major
+
+    def norm(x):
+        return "" if x is None or (isinstance(x, float) and np.isnan(x)) else str(x)
+
+    keys = list(zip([norm(o) for o in outputs], [norm(i) for i in (inputs or [""] * len(outputs))], strict=True))
+    by_model: dict[str, list] = {}
+    for j in judges:
+        if isinstance(j, LLMJudgeMetric) and not all(k in j._prefetched for k in keys):
+            by_model.setdefault(j.llm_config.model, []).append(j)
+    for group in by_model.values():
+        try:
+            prefetch_row_major(group, outputs, inputs)
+        except Exception as exc:  # each judge then asks on its own, as before
+            log.warning("asking the judges row by row failed (%s); they ask one after another", exc)
+
+
 def score_metrics(
     metrics: list[Metric],
     outputs: list[str],
@@ -60,6 +85,7 @@ def score_metrics(
     columns: dict[str, np.ndarray] = {}
     meta: dict[str, dict] = {}
     notes: list[str] = []
+    _ask_judges_row_major(metrics, outputs, inputs)
     for metric in _progress(metrics, total=len(metrics), desc="scoring metrics", enabled=progress):
         if metric.needs_reference and references is None:
             notes.append(f"{metric.name}: skipped, the data has no references")

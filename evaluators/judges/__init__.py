@@ -5,7 +5,11 @@
   card, prompts, logprob or JSON scoring).
 - ``generate``: the paper's generators (single criterion, rubric, example-based, MIPROv2).
 - ``retrieve``: BM25 + dense retrieval over Metric Cards, LLM re-rank.
-- ``pipeline``: generate -> retrieve -> score -> regress (:func:`fit_with_judges`).
+- ``candidates`` / ``screening``: candidate features (judges, code metrics, exemplar metrics) and
+  the successive-halving screening that scores them on a few training rows before paying for more.
+- ``budget``: the server's measured speed, cost estimates, budget plans and the budget tracker.
+- ``artifact``: every candidate's fate and cost, the judges' entries in the evaluator artifact.
+- ``pipeline``: generate -> retrieve -> screen -> regress -> validate (:func:`fit_with_judges`).
 
 Evaluator artifacts name the judge class as ``autometrics.evaluators.judges:LLMJudgeMetric``;
 that name is kept stable here, so artifacts written by any version load.

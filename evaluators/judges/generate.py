@@ -1,8 +1,14 @@
 """Judge generators (AutoMetrics paper defaults: 10 single-criterion, 5 rubric, 1 example-based,
 1 prompt-optimized judge).  Everything reads the *training* rows only.
 
-- single: the generator LLM proposes axes of variation from high- vs low-rated examples;
-- rubric: 1–5 level descriptions for the leading axes;
+- single: the generator LLM proposes axes of variation from contrastive pairs (a higher- and a
+  lower-rated output of the same input, or of the most similar inputs when inputs are unique),
+  each phrased as a property of one output; the proposals are cleaned and filtered
+  (:mod:`.criteria_checks`: copies of the prompt's example, comparative wording, generic names,
+  duplicates by meaning) and every rejection is reported;
+- rubric: 1–5 level descriptions for the leading axes, checked for direction (level texts, and
+  the judge on the training pairs with the largest label gaps): inverted ones are flipped or
+  rejected;
 - example: demonstrations sampled one per label quintile, best of ``example_sets`` sets by
   Kendall τ on held-in training rows;
 - optimized: DSPy MIPROv2 over a judge program (tiny budget by default; optional).
@@ -19,11 +25,20 @@ import math
 import re
 
 import numpy as np
-from autometrics.evaluators.judges.metric import JudgeSpec, LLMJudgeMetric, prefetch_row_major
+from autometrics.evaluators.judges.criteria_checks import (
+    PROMPT_EXAMPLES,
+    CheckedCriteria,
+    check_criteria,
+    contrastive_pairs,
+    dedupe_by_meaning,
+    flip_rubric,
+    rubric_text_inverted,
+)
+from autometrics.evaluators.judges.metric import JudgeSpec, LLMJudgeMetric, prefetch_row_major, read_score
 from autometrics.evaluators.llm.client import LLMClient, LLMConfig, dspy_lm
 from autometrics.evaluators.stats import kendall_tau
 
-__all__ = ["GeneratorCounts", "PAPER_COUNTS", "QUICK_COUNTS", "generate_judges", "quintile_scores"]
+__all__ = ["GeneratorCounts", "PAPER_COUNTS", "QUICK_COUNTS", "generate_judges", "quintile_scores", "check_rubric_direction"]
 
 from autometrics.evaluators.judges.options import PAPER_COUNTS, QUICK_COUNTS, GeneratorCounts  # noqa: F401
 
@@ -43,40 +58,36 @@ def quintile_scores(y: np.ndarray) -> np.ndarray:
     return (np.searchsorted(edges, y, side="right") + 1).clip(1, 5)
 
 
-def _examples_block(rows: list[tuple[str, str, float]]) -> str:
+def _pairs_block(pairs, inputs, outputs) -> str:
+    # no rating numbers: small generators copy numbers back as "criteria"
     out = []
-    # no rating numbers: the block is already high- or low-rated, and small generators copy numbers
-    # back as "criteria"
-    for k, (i, o, _s) in enumerate(rows, 1):
-        out.append(f"[{k}]" + (f"\nInput: {_clip(i, 300)}" if i else "") + f"\nOutput: {_clip(o)}")
+    for k, (h, lo, same) in enumerate(pairs, 1):
+        if same or not (inputs[h] or inputs[lo]):
+            head = f"Input: {_clip(inputs[h], 300)}\n" if inputs[h] else ""
+            out.append(f"Pair {k}\n{head}Better output: {_clip(outputs[h])}\nWorse output: {_clip(outputs[lo])}")
+        else:
+            out.append(f"Pair {k} (two similar inputs)\nInput: {_clip(inputs[h], 300)}\nBetter output: {_clip(outputs[h])}\n"
+                       f"Other input: {_clip(inputs[lo], 300)}\nWorse output: {_clip(outputs[lo])}")
     return "\n\n".join(out)
 
 
-_LINE = re.compile(r"^\s*(?:\d+[.)]|[-*•])?\s*\**\s*([^:*\n]{2,80}?)\s*\**\s*[:—–-]\s*(.{8,})$")
+_LINE = re.compile(r"^\s*(?:\d+[.)]|[-*•])?\s*\**\s*([^:*\n]{2,80}?)\s*\**\s*(?::|[—–]|-(?=\s))\s*(.{8,})$")
 
 
 def _parse_criteria(text: str) -> list[tuple[str, str]]:
+    """(name, description) per "name: description" line; names are cleaned later
+    (:func:`.criteria_checks.clean_name`), so "[1] Politeness — ..." is kept for the copy check."""
     out = []
     for line in (text or "").splitlines():
         m = _LINE.match(line)
         if m:
             name, desc = m.group(1).strip(" *\"'`"), m.group(2).strip(" *\"'`")
             # small models echo the format hint back ("Name: what a high score means"): not a criterion
-            if (name.lower() in {"name", "criterion", "criteria", "description", "politeness"}
+            if (name.lower() in {"name", "criterion", "criteria", "description", "short name"}
                     or "what a high score means" in desc.lower() or re.search(r"human rating|\d{2}", name.lower())):
                 continue
             if 1 <= len(name.split()) <= 8:
                 out.append((name, desc))
-    return out
-
-
-def _dedupe(items: list[tuple[str, str]]) -> list[tuple[str, str]]:
-    seen, out = set(), []
-    for name, desc in items:
-        key = re.sub(r"[^a-z0-9]+", "", name.lower())
-        if key and key not in seen:
-            seen.add(key)
-            out.append((name, desc))
     return out
 
 
@@ -87,18 +98,15 @@ def _signatures():
     import dspy
 
     class ProposeCriteria(dspy.Signature):
-        """Humans rated outputs of a task. Compare the high-rated and the low-rated outputs and propose
-        distinct evaluation criteria (axes of variation) that explain the difference in ratings. Each
-        criterion is one line: a short criterion name, a colon, then one sentence saying what a high
-        score means (for a customer-support task, e.g. 'Politeness: the reply thanks the customer and
-        avoids blunt wording')."""
+        """(instructions: _PROPOSE_INSTRUCTIONS)"""
 
         task: str = dspy.InputField()
         rating: str = dspy.InputField(desc="name of the human rating")
-        high_rated: str = dspy.InputField()
-        low_rated: str = dspy.InputField()
+        pairs: str = dspy.InputField(desc="pairs of a better-rated and a worse-rated output")
         count: int = dspy.InputField(desc="how many criteria to propose")
-        criteria: str = dspy.OutputField(desc="one criterion per line, criterion name, colon, one sentence")
+        criteria: str = dspy.OutputField(desc="one criterion per line: short name, colon, one sentence about one output")
+
+    ProposeCriteria = ProposeCriteria.with_instructions(_PROPOSE_INSTRUCTIONS)
 
     class MakeRubric(dspy.Signature):
         """Write a 1-5 scoring rubric for one evaluation criterion of a task: one sentence per level
@@ -156,35 +164,51 @@ GENERIC_AXES = [
 ]
 
 
-def propose_axes(gen: _Gen, task: str, target: str, inputs, outputs, y, n: int, rng) -> list[tuple[str, str]]:
-    order = np.argsort(y)
-    k = min(5, max(1, len(y) // 4))
-    low_pool, high_pool = order[: max(k, len(y) // 5)], order[-max(k, len(y) // 5):]
-    axes: list[tuple[str, str]] = []
+_EXAMPLE_LINE = f"{PROMPT_EXAMPLES[0][0]}: {PROMPT_EXAMPLES[0][1]}"
+_PROPOSE_INSTRUCTIONS = (
+    "Humans rated outputs of a task. Each pair shows a better-rated and a worse-rated output for the same input (or for "
+    "two similar inputs). Find what makes the better outputs better and write distinct evaluation criteria. Each "
+    "criterion describes ONE output, so that a grader can check it by reading a single output: never compare outputs, "
+    "never mention ratings, pairs, 'better', 'worse' or 'the other output'. Prefer concrete properties of this task over "
+    "general words such as clarity or accuracy. One criterion per line: a short name (2-5 words), a colon, then one "
+    "sentence saying what an output that scores high on it does. The format, shown with a criterion of an unrelated "
+    f"customer-support task (do not reuse it): '{_EXAMPLE_LINE}'.")
+
+
+def propose_axes(gen: _Gen, task: str, target: str, inputs, outputs, y, n: int, rng) -> tuple[CheckedCriteria, int, dict]:
+    """Criteria from contrastive pairs, checked (:func:`.criteria_checks.check_criteria`).
+    A second round with other pairs runs when too few specific criteria survived.  Returns
+    (checked criteria, number proposed, {"pairs": n, "same_input_pairs": m})."""
+    proposals: list[tuple[str, str]] = []
+    used: set[int] = set()
+    info = {"pairs": 0, "same_input_pairs": 0}
+    checked = CheckedCriteria()
     for attempt in range(2):
-        if len(axes) >= n:
+        specific = len(checked.kept) - len(checked.generic_kept)
+        if specific >= n:
             break
-        hi_idx = rng.choice(high_pool, size=min(k, len(high_pool)), replace=False)
-        lo_idx = rng.choice(low_pool, size=min(k, len(low_pool)), replace=False)
-        high = _examples_block([(inputs[i], outputs[i], y[i]) for i in hi_idx])
-        low = _examples_block([(inputs[i], outputs[i], y[i]) for i in lo_idx])
-        want = n - len(axes)
+        pairs = contrastive_pairs(inputs, outputs, y, 5, rng, exclude=used)
+        if not pairs:
+            break
+        used |= {r for p in pairs for r in p[:2]}
+        info["pairs"] += len(pairs)
+        info["same_input_pairs"] += sum(p[2] for p in pairs)
+        block = _pairs_block(pairs, inputs, outputs)
+        ask = n - specific + 2  # a few spare: some proposals do not pass the checks
         text = ""
         try:
-            pred = gen.run(gen_sigs()[0], "generate:axes", 64 * want + 64, task=task, rating=target,
-                           high_rated=high, low_rated=low, count=want)
+            pred = gen.run(gen_sigs()[0], "generate:axes", 64 * ask + 64, task=task, rating=target, pairs=block, count=ask)
             text = pred.criteria or ""
         except Exception as exc:  # small models: DSPy may not parse; fall back to a plain prompt
             gen.fallbacks.append(f"axes attempt {attempt + 1}: DSPy failed ({type(exc).__name__}); plain prompt used")
         found = _parse_criteria(text)
         if not found:
-            prompt = (f"Task: {task}\nHumans rated outputs ({target}).\n\nHIGH-rated outputs:\n{high}\n\nLOW-rated outputs:\n{low}\n\n"
-                      f"List {want} distinct criteria that explain why some outputs were rated higher. One per line: "
-                      "a short criterion name, a colon, then what a high score means. Example line for a different "
-                      "task: 'Politeness: the reply thanks the customer and avoids blunt wording'.")
-            found = _parse_criteria(gen.plain(prompt, "generate:axes", 64 * want + 64))
-        axes = _dedupe(axes + found)
-    return axes[:n]
+            prompt = (f"Task: {task}\nHuman rating: {target}\n\n{_PROPOSE_INSTRUCTIONS}\n\n{block}\n\n"
+                      f"Write {ask} criteria, one per line.")
+            found = _parse_criteria(gen.plain(prompt, "generate:axes", 64 * ask + 64))
+        proposals += found
+        checked = check_criteria(proposals, want=n)
+    return checked, len(proposals), info
 
 
 _gen_sigs_cache = None
@@ -216,6 +240,43 @@ def make_rubric(gen: _Gen, task: str, name: str, desc: str) -> tuple[dict[str, s
     gen.fallbacks.append(f"rubric {name!r}: unparseable; generic anchored levels used")
     anchors = ["does not meet it at all", "meets it poorly", "meets it partly", "meets it well", "meets it fully"]
     return {str(i + 1): f"The output {a}: {desc}" for i, a in enumerate(anchors)}, True
+
+
+_FLAT_SD = 0.1  # judge scores on the check pairs with less spread than this (1-5 scale) get a note
+
+
+def check_rubric_direction(spec: JudgeSpec, judge: LLMClient | None, inputs, outputs, pairs, *,
+                           min_gap: float = 0.5) -> tuple[JudgeSpec | None, dict]:
+    """Is level 5 the good end?  (spec or None when rejected, record of the check.)
+
+    1. The level texts: when level 1 reads clearly better than level 5 (lexical polarity,
+       :func:`.criteria_checks.rubric_text_inverted`), the levels are reversed.
+    2. The training labels: the judge grades both rows of each contrastive ``pairs`` with the
+       (possibly reversed) rubric; when the lower-rated row scores higher on average by at
+       least ``min_gap`` and in more pairs than not, the rubric is rejected.  These are the
+       same requests the fit's scoring later sends for those rows, so a kept rubric's check is
+       served from the LLM cache then."""
+    rec: dict = {"criterion": spec.criterion}
+    inverted, rec["text"] = rubric_text_inverted(spec.rubric or {})
+    if inverted:
+        spec.rubric = flip_rubric(spec.rubric)
+    rec["flipped"] = inverted
+    if judge is not None and pairs:
+        rows = [r for p in pairs for r in p[:2]]
+        metric = LLMJudgeMetric.from_spec(spec, judge.config)
+        replies = judge.chat_many(metric.requests([outputs[r] for r in rows], [inputs[r] for r in rows]),
+                                  stage="generate:rubric_check")
+        sc = np.array([read_score(r, spec.scale_min, spec.scale_max)[0] for r in replies])
+        diff = sc[0::2] - sc[1::2]
+        diff = diff[~np.isnan(diff)]
+        rec.update({"pairs": int(len(diff)), "mean_gap": round(float(diff.mean()), 3) if len(diff) else None,
+                    "wins": int((diff > 0).sum()), "losses": int((diff < 0).sum()),
+                    "score_sd": round(float(np.nanstd(sc)), 3) if np.isfinite(sc).any() else None})
+        if len(diff) >= 2 and diff.mean() <= -min_gap and rec["losses"] > rec["wins"]:
+            rec["verdict"] = "rejected"
+            return None, rec
+    rec["verdict"] = "flipped" if inverted else "kept"
+    return spec, rec
 
 
 def _tau(scores: np.ndarray, y) -> float:
@@ -298,30 +359,75 @@ def optimized_judge(task, target, inputs, outputs, y, counts: GeneratorCounts, g
                                                    "candidates": counts.optimized_candidates})
 
 
+def _log_checks(clog: list, checked: CheckedCriteria) -> None:
+    for name, desc in checked.kept:
+        clog.append({"name": name, "description": desc, "status": "kept", "reason": "generic" if name in checked.generic_kept else "",
+                     "detail": f"proposed as {checked.proposed_as.get(name, name)!r}"})
+    for w in checked.rewritten:
+        clog.append({"name": w["name"], "description": w["from"], "status": "rewritten", "reason": w["why"], "detail": w["to"]})
+    clog += [{**r.to_dict(), "status": "rejected"} for r in checked.rejected]
+
+
 def generate_judges(task: str | None, target: str, inputs: list[str], outputs: list[str], y: np.ndarray, *,
                     generator: LLMClient, judge: LLMClient, counts: GeneratorCounts = PAPER_COUNTS,
-                    seed: int = 0) -> tuple[list[JudgeSpec], list[str]]:
-    """Generate judge specs from training rows.  Returns (specs, notes about fallbacks)."""
+                    seed: int = 0, criteria_log: list | None = None, rubric_check_pairs: int = 3) -> tuple[list[JudgeSpec], list[str]]:
+    """Generate judge specs from training rows.  Returns (specs, notes about fallbacks and the
+    criteria checks).  ``criteria_log``, when given, receives one dict per proposed criterion and
+    rubric check (``name``, ``status`` kept/rewritten/rejected/rubric_*, ``reason``, ``detail``)
+    so the fit can report every rejection.  ``rubric_check_pairs``: training pairs each rubric's
+    direction is checked on (2 judge calls per pair; 0 checks the level texts only)."""
     rng = np.random.default_rng(seed)
     task = task or f"Produce outputs that humans rate highly on '{target}'"
     y = np.asarray(y, dtype=float)
+    inputs = ["" if i is None or (isinstance(i, float) and math.isnan(i)) else str(i) for i in inputs]
     notes: list[str] = []
+    clog = criteria_log if criteria_log is not None else []
     gen = _Gen(generator, notes)
     origin = {"generator": generator.config.model}
     specs: list[JudgeSpec] = []
     n_axes = max(counts.n_single, counts.n_rubric)
-    axes = propose_axes(gen, task, target, inputs, outputs, y, n_axes, rng) if n_axes else []
+    axes: list[tuple[str, str]] = []
+    if n_axes:
+        checked, n_proposed, info = propose_axes(gen, task, target, inputs, outputs, y, n_axes, rng)
+        axes = list(checked.kept)
+        origin["contrastive_pairs"] = info
+        notes.append(f"criteria proposed from {info['pairs']} contrastive pairs ({info['same_input_pairs']} with the same input): "
+                     f"{n_proposed} proposed, {len(axes)} kept")
+        notes += checked.notes
+        _log_checks(clog, checked)
+        if checked.rejected:
+            notes.append(f"criteria rejected ({len(checked.rejected)}): " + "; ".join(r.line() for r in checked.rejected))
+        if checked.rewritten:
+            notes.append("criteria rewritten to describe one output: " + "; ".join(f"{w['from']!r} -> {w['to']!r}" for w in checked.rewritten))
     if len(axes) < n_axes:
-        generic = [a for a in GENERIC_AXES if a[0].lower() not in {x[0].lower() for x in axes}][: n_axes - len(axes)]
+        fill, _dropped, _method = dedupe_by_meaning(axes + GENERIC_AXES)
+        generic = [g for g in fill if g in GENERIC_AXES and g not in axes][: n_axes - len(axes)]
         notes.append(f"the generator proposed {len(axes)} usable criteria of {n_axes} asked; "
                      f"{len(generic)} generic task-independent criteria filled in: " + ", ".join(g[0] for g in generic))
+        clog += [{"name": g[0], "description": g[1], "status": "kept", "reason": "generic_fill", "detail": "built-in generic criterion"}
+                 for g in generic]
         axes = axes + generic
     for name, desc in axes[: counts.n_single]:
         specs.append(JudgeSpec(kind="single", criterion=name, description=desc, task=task, origin=origin))
+    check_pairs = contrastive_pairs(inputs, outputs, y, rubric_check_pairs, rng) if counts.n_rubric and rubric_check_pairs else []
     for name, desc in axes[: counts.n_rubric]:
         rubric, fallback = make_rubric(gen, task, name, desc)
-        specs.append(JudgeSpec(kind="rubric", criterion=name, description=desc, task=task, rubric=rubric,
-                               origin={**origin, "generic_rubric": fallback}))
+        spec = JudgeSpec(kind="rubric", criterion=name, description=desc, task=task, rubric=rubric,
+                         origin={**origin, "generic_rubric": fallback})
+        checked_spec, rec = check_rubric_direction(spec, judge, inputs, outputs, check_pairs)
+        spec.origin["direction_check"] = rec
+        clog.append({"name": name, "description": desc, "status": f"rubric_{rec['verdict']}", "reason": "rubric_direction",
+                     "detail": rec})
+        if rec["flipped"]:
+            notes.append(f"rubric {name!r}: levels reversed, level 1 read as the best ({rec['text']})")
+        if rec.get("score_sd") is not None and rec["score_sd"] < _FLAT_SD:
+            notes.append(f"rubric {name!r}: the judge's scores barely vary on the {rec['pairs']} check pairs with the largest "
+                         f"label gaps (sd {rec['score_sd']:.2f} on 1-5); screening decides whether it carries signal")
+        if checked_spec is None:
+            notes.append(f"rubric {name!r} rejected: on {rec['pairs']} training pairs with the largest label gaps the judge "
+                         f"scored the lower-rated output higher (mean gap {rec['mean_gap']:+.2f}, {rec['losses']} of {rec['pairs']})")
+            continue
+        specs.append(checked_spec)
     for _ in range(counts.n_example):
         specs.append(example_judge(task, target, inputs, outputs, y, counts, judge.config, rng))
     for _ in range(counts.n_optimized):

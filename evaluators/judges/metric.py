@@ -61,6 +61,7 @@ class JudgeSpec:
     scale_min: int = 1
     scale_max: int = 5
     origin: dict = field(default_factory=dict)  # how it was made (generator model, selection stats)
+    clip_chars: int | None = None  # characters of input and of output shown (None: 3000); a budget plan may lower it
 
     def __post_init__(self):
         if self.kind not in KINDS:
@@ -76,7 +77,7 @@ class JudgeSpec:
         return cls(**{k: v for k, v in d.items() if k in cls.__dataclass_fields__})
 
     def sha(self) -> str:
-        body = {k: v for k, v in self.to_dict().items() if k != "origin"}
+        body = {k: v for k, v in self.to_dict().items() if k != "origin" and not (k == "clip_chars" and v is None)}
         return hashlib.sha256(json.dumps(body, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
 
     @property
@@ -133,9 +134,10 @@ def judge_messages(spec: JudgeSpec, output: str, input_text: str = "", *, mode: 
     parts = []
     if spec.task:
         parts.append(f"Task: {spec.task}")
+    limit = spec.clip_chars or _MAX_TEXT
     if input_text:
-        parts.append(f"Input:\n{_clip(input_text)}")
-    parts.append(f"Output:\n{_clip(output)}")
+        parts.append(f"Input:\n{_clip(input_text, limit)}")
+    parts.append(f"Output:\n{_clip(output, limit)}")
     if spec.instructions:
         parts.append(f"Instructions: {spec.instructions.strip()}")
     if spec.demonstrations:

@@ -1,40 +1,56 @@
-"""The full AutoMetrics method: generate -> retrieve -> score -> regress -> report.
+"""The full AutoMetrics method: generate -> retrieve -> screen -> regress -> validate -> report.
 
 :func:`fit_with_judges` generates LLM judges from the training rows, retrieves candidate metrics
-(MetricBank's Metric Cards plus the generated judges' cards) for the task, scores them on the
-labelled data, and hands the features to :func:`~autometrics.evaluators.induce.fit_on_features`
-(same split, same selection; negatively weighted generated judges are dropped).  The evaluator
-artifact gains ``llm`` (models, per-stage calls/tokens/cache hits/failures), ``generated`` (each
-judge's full spec, Metric Card, τ and example rationales) and ``retrieval``.
+(MetricBank's Metric Cards plus the generated judges' cards) for the task, and screens the
+judges (and any other costly candidate, ``LLMOptions.candidate_sources``) before paying for them
+(:mod:`.screening`): each is scored on a small stratified subset of the training rows, and only
+those that add to the evaluator are scored on the rest; only the judges the regression selects
+are scored on the held-out rows.  The features go to
+:func:`~autometrics.evaluators.induce.fit_on_features` (same split, same selection; negatively
+weighted judges are dropped).
 
-Users call it through the one entry point::
+The LLM-free evaluator (MetricBank alone, what ``fit`` without ``--llm`` gives) is fitted first
+and is the floor: when no judge is selected, or the evaluator with judges does not beat it on the
+held-out rows, the LLM-free evaluator is returned and the artifact says so (``llm.floor``; both
+held-out τ are stored, so the one-bit choice on the held-out rows is visible).  With a budget
+(``budget_seconds`` / ``max_judge_tokens``, :mod:`.budget`) the server's speed is measured with
+a warm-up call, candidates, rows and clipping are planned to fit, and scoring stops when the
+budget is spent.
+
+The artifact gains ``llm`` (models, per-stage usage, every candidate's fate and tokens, the
+screening rounds, the budget plan, the floor decision), ``generated`` (each judge's spec, Metric
+Card, τ and example rationales) and ``retrieval``.  Users call it through the one entry point::
 
     fit_evaluator("simpeval.csv", "score", task="Simplify a sentence", llm="local:1.5b",
-                  llm_options=LLMOptions(counts=QUICK_COUNTS))
+                  llm_options=LLMOptions(counts=QUICK_COUNTS, budget_seconds=1200))
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
-import math
 import time
 from dataclasses import asdict
 
 import numpy as np
+import pandas as pd
 from autometrics.collectors.files import json_safe
+from autometrics.evaluators.data import DataError
 from autometrics.evaluators.evaluator import Evaluator, score_metrics
 from autometrics.evaluators.induce import fit_on_features
+from autometrics.evaluators.judges import artifact as art
+from autometrics.evaluators.judges.budget import Budget, estimate_seconds, measure_speed, plan_fit, stage_estimates
 from autometrics.evaluators.judges.generate import generate_judges
-from autometrics.evaluators.judges.metric import (
-    LLMJudgeMetric,
-    bind_client,
-    prefetch_row_major,
-    score_multi,
-    unbind_clients,
-)
+from autometrics.evaluators.judges.metric import JudgeSpec, LLMJudgeMetric, bind_client, judge_messages, unbind_clients
 from autometrics.evaluators.judges.options import LLMOptions
+from autometrics.evaluators.judges.screening import (
+    CandidateContext,
+    JudgeCandidate,
+    Screener,
+    base_predictions,
+    sample_groups,
+)
 from autometrics.evaluators.llm.client import LLMCache, LLMClient, LLMConfig, LLMUnreachable, Usage, estimate_tokens
-from autometrics.evaluators.stats import kendall_tau
 
 __all__ = ["fit_with_judges", "estimate_plan"]
 
@@ -51,26 +67,346 @@ def _clients(opts: LLMOptions) -> tuple[LLMClient, LLMClient]:
     return gen, LLMClient(LLMConfig.parse(opts.judge_llm, **over), cache=cache, usage=usage)
 
 
-def estimate_plan(n_labelled: int, n_train: int, avg_chars: float, opts: LLMOptions, *, bank_used: bool) -> dict:
-    """Expected number of LLM calls and tokens per stage (before any call is made)."""
-    c = opts.counts
-    n_judges = c.n_single + c.n_rubric + c.n_example + c.n_optimized
-    example_tokens = estimate_tokens("x" * int(avg_chars))
-    judge_prompt = example_tokens + 110
-    stages = {
-        "generate:axes": (1, 10 * example_tokens + 200, 64 * max(c.n_single, c.n_rubric) + 64),
-        "generate:rubric": (c.n_rubric, 350, 200),
-        "generate:example": (c.n_example * c.example_sets * min(c.example_eval_rows, n_train), judge_prompt + 5 * example_tokens, 1),
-        "generate:optimize": (c.n_optimized * (8 + c.optimized_candidates * 2 + c.optimized_trials * max(1, c.optimized_rows // 2)),
-                              judge_prompt + 300, 30),
-        "retrieve:rerank": (min(2 * opts.retrieve_k, 60) if bank_used and opts.rerank else 0, 400, 1),
-        "score": (n_judges * n_labelled, judge_prompt, 1),
-        "rationales": (opts.rationales * min(5, n_judges), judge_prompt, 80),
-        "score:multi": (n_labelled if opts.compare_multi else 0, judge_prompt + 30 * c.n_single, 8 * c.n_single),
-    }
-    out = {k: {"calls": n, "prompt_tokens": n * p, "completion_tokens": n * q} for k, (n, p, q) in stages.items()}
-    out["total"] = {k: sum(v[k] for v in out.values()) for k in ("calls", "prompt_tokens", "completion_tokens")}
-    return out
+def _bank_used(opts: LLMOptions, n_lab: int) -> bool:
+    return opts.use_bank == "always" or (opts.use_bank == "auto" and n_lab >= opts.min_labels_for_bank)
+
+
+def _bank_note(opts: LLMOptions, n_lab: int) -> str:
+    """Said when MetricBank metrics are not candidates next to the judges (never silently)."""
+    why = "--use-bank never" if opts.use_bank == "never" else f"{n_lab} labelled examples < {opts.min_labels_for_bank}"
+    return (f"MetricBank metrics are not candidates next to the judges ({why}; AutoMetrics paper §4.6"
+            + ("; --use-bank always includes them); the LLM-free evaluator is still fitted as the floor"
+               if opts.use_bank != "never" else ")"))
+
+
+def _case_chars(lab) -> float:
+    inputs = lab.inputs if lab.has_input else [""] * len(lab)
+    return float(np.mean([len(i or "") + len(o or "") for i, o in zip(inputs, lab.outputs, strict=False)])) if len(lab) else 0.0
+
+
+def estimate_plan(n_labelled: int, n_train: int, avg_chars: float, opts: LLMOptions, *, bank_used: bool, top_n: int = 5) -> dict:
+    """Expected LLM calls and tokens per stage, before any call is made (judge scoring: the upper
+    bound of the screening schedule)."""
+    clip = opts.clip_chars
+    case = estimate_tokens("x" * int(min(avg_chars, 2 * clip) if clip else avg_chars))
+    local = LLMConfig.parse(opts.judge_llm or opts.llm).is_local
+    return stage_estimates(opts.counts, n_train, n_labelled - n_train, case, top_n=top_n,
+                           screening=opts.screening if opts.screen else None, rationales=opts.rationales, bank_used=bank_used,
+                           retrieve_k=opts.retrieve_k, rerank=opts.rerank, compare_multi=opts.compare_multi, local=local,
+                           generate=not opts.judge_specs)
+
+
+def _warmup_messages(lab, task) -> list[dict]:
+    """A judge prompt on a training example of median length: what the warm-up call times."""
+    lengths = [len(o or "") for o in lab.outputs]
+    k = int(np.argsort(lengths)[len(lengths) // 2])
+    spec = JudgeSpec(kind="single", criterion="Overall quality", description="how well the output does the task", task=task)
+    return judge_messages(spec, lab.outputs[k], lab.inputs[k] if lab.has_input else "")
+
+
+def _dry_run(lab, opts, train_pos, task, bank_used, top_n) -> dict:
+    """The plan per stage; with ``opts.warmup`` also seconds per stage at the speed two warm-up
+    calls measure (``speed``), and ``notes`` (e.g. that MetricBank is not a candidate)."""
+    if opts.judge_specs:  # given judges: no generation, that many candidates
+        n = len(opts.judge_specs)
+        opts = dataclasses.replace(opts, counts=dataclasses.replace(opts.counts, n_single=n, n_rubric=0, n_example=0, n_optimized=0))
+    plan = estimate_plan(len(lab), len(train_pos), _case_chars(lab), opts, bank_used=bank_used, top_n=top_n)
+    if opts.warmup:
+        _gen, judge = _clients(opts)
+        judge.check_reachable()
+        speed = measure_speed(judge, _warmup_messages(lab, task))
+        if speed is not None:
+            secs = estimate_seconds(plan, speed)
+            for k, v in plan.items():
+                v["seconds"] = round(secs[k], 1)
+            plan["speed"] = speed.to_dict()
+    plan["notes"] = [] if bank_used else [_bank_note(opts, len(lab))]
+    return plan
+
+
+def _llm_free(lab, target, common, progress: bool = False) -> tuple:
+    """The floor: every MetricBank metric the data can feed, fitted like ``fit`` without --llm."""
+    from autometrics.metricbank import default_metrics
+
+    unavailable: dict[str, str] = {}
+    bank = default_metrics(with_reference=lab.has_references, with_input=lab.has_input, unavailable=unavailable)
+    feats = score_metrics(bank, lab.outputs, lab.inputs if lab.has_input else None, lab.references, progress=progress)
+    try:
+        free = fit_on_features(lab, target, feats, unavailable=unavailable, **common)
+    except (DataError, ValueError) as exc:
+        return None, feats, bank, f"no LLM-free evaluator to compare with ({exc})"
+    return free, feats, bank, None
+
+
+def fit_with_judges(ds, target: str, opts: LLMOptions, *, task: str | None = None, test_size: float = 0.3, seed: int = 0,
+                    top_n: int = 5, n_boot: int = 1000, regression: str = "nnls", progress: bool = False,
+                    dry_run: bool = False, echo=lambda *a, **k: None):
+    """Run the full method (module docstring) on a loaded dataset.  With ``dry_run=True``
+    returns the plan from :func:`estimate_plan` (with ``opts.warmup`` also seconds per stage from
+    a measured warm-up call) and makes no other call.  Called by
+    :func:`autometrics.evaluators.fit.fit_evaluator` when it is given an LLM."""
+    started = time.perf_counter()
+    lab = ds.labelled(target)
+    bank_used = _bank_used(opts, len(lab))
+    if dry_run:
+        return _dry_run(lab, opts, lab.split_positions(test_size, seed)[0], task, bank_used, top_n)
+    say = lambda m: echo(f"[{target}] {m}")  # noqa: E731
+    notes: list[str] = []
+    gen, judge = _clients(opts)
+    for client in dict.fromkeys((gen, judge)):
+        client.check_reachable()  # a down endpoint: a clear error now, not minutes of retries
+    common = {"task": task, "test_size": test_size, "seed": seed, "top_n": top_n, "n_boot": n_boot, "regression": regression}
+    # the floor first (CPU only), so a budget plan knows the time that is left for the LLM
+    free, (Xb, meta_b, notes_b), bank, why_no_free = (None, (pd.DataFrame(index=range(len(lab))), {}, []), [], None)
+    if opts.use_bank != "never":
+        free, (Xb, meta_b, notes_b), bank, why_no_free = _llm_free(lab, target, common, progress)
+        if why_no_free:
+            notes.append(why_no_free)
+    counts, clip, budget, plan = opts.counts, opts.clip_chars, None, None
+    given = [s if isinstance(s, JudgeSpec) else JudgeSpec.from_dict(s) for s in opts.judge_specs or []]
+    if given:  # planned as that many candidates; a plan may keep only the first ones
+        counts = dataclasses.replace(counts, n_single=len(given), n_rubric=0, n_example=0, n_optimized=0)
+    if opts.budget_seconds or opts.max_judge_tokens:
+        budget = Budget(seconds=opts.budget_seconds, tokens=opts.max_judge_tokens, usage=gen.usage, started=started)
+        budget.speed = measure_speed(judge, _warmup_messages(lab, task))
+        if budget.speed is None:
+            notes.append("the warm-up call failed: the budget is enforced while scoring but not planned")
+        plan = plan_fit(budget, budget.speed, n_lab=len(lab), test_size=test_size, case_chars=_case_chars(lab), counts=counts,
+                        top_n=top_n, screening=opts.screening if opts.screen else None, rationales=opts.rationales,
+                        bank_used=bank_used, retrieve_k=opts.retrieve_k, rerank=opts.rerank,
+                        local=judge.config.is_local, clip_chars=clip, generate=not given)
+        for line in plan.lines():
+            say(line)
+        counts, clip = plan.counts, plan.clip_chars
+        if plan.rows:  # fewer rows: the same rows for the floor, refitted on them (their metric values are kept)
+            pos = sample_groups(lab.frame["group"].to_numpy(), plan.rows, seed)
+            lab, Xb = lab.subset(pos), Xb.iloc[pos].reset_index(drop=True)
+            bank_used = _bank_used(opts, len(lab))
+            if free is not None:
+                free = fit_on_features(lab, target, (Xb, meta_b, notes_b), **common)
+    if not bank_used:
+        note = _bank_note(opts, len(lab))
+        say(f"note: {note}")
+        notes.append(note)
+    if free is not None:
+        say(f"LLM-free evaluator (the floor): held-out τ {_tau(free)}")
+
+    y = lab.y(target)
+    train_pos, test_pos = lab.split_positions(test_size, seed)
+    n_lab = len(lab)
+    inputs = lab.inputs if lab.has_input else [""] * n_lab
+    outputs = lab.outputs
+    groups = lab.frame["group"].astype(str).to_numpy()
+    bind_client(judge)
+    try:
+        if plan is not None and not plan.fits and free is not None:
+            return _return_free(free, lab, started, gen, judge, opts, plan, budget, notes,
+                                "the budget does not cover the smallest plan; no LLM work was done")
+        # ---------------------------------------------------------------- generate
+        if given:
+            specs = given[: counts.n_single]
+            say(f"{len(specs)} given judges (no generation)")
+        else:
+            say(f"generating judges with {gen.config.model} (judge: {judge.config.model}) ...")
+            specs, gen_notes = generate_judges(
+                task, target, [inputs[i] for i in train_pos], [outputs[i] for i in train_pos], y[train_pos],
+                generator=gen, judge=judge, counts=counts, seed=seed,
+            )
+            notes += gen_notes
+        if clip:
+            specs = [dataclasses.replace(s, clip_chars=clip) for s in specs]
+        judges = [LLMJudgeMetric.from_spec(s, judge.config, feature=f, mode=opts.judge_mode)
+                  for s, f in zip(specs, _unique_features(specs), strict=False)]
+        for j in judges:
+            j.client = judge
+        say(f"{len(judges)} generated judges: " + ", ".join(j.name for j in judges))
+
+        # ---------------------------------------------------------------- retrieve
+        retrieval, retrieved = None, judges
+        base_cols = []
+        if bank_used:
+            from autometrics.evaluators.judges.retrieve import Document, bank_documents, retrieve
+
+            docs = bank_documents([m.name for m in bank]) + [Document(j.name, j.spec.card(), generated=True) for j in judges]
+            retrieval = retrieve(task, target, docs, k=opts.retrieve_k, rerank_client=judge if opts.rerank else None,
+                                 dense=opts.dense)
+            notes += retrieval.notes
+            keep = set(retrieval.names)
+            base_cols = [c for c in Xb.columns if meta_b[c]["metric"]["name"] in keep]
+            retrieved = [j for j in judges if j.name in keep]
+            say(f"retrieved {len(base_cols)} MetricBank features and {len(retrieved)} judges (k={opts.retrieve_k})")
+
+        # ---------------------------------------------------------------- screen
+        cands = [JudgeCandidate(j, outputs, inputs) for j in retrieved]
+        ctx = CandidateContext(task, target, list(outputs), list(inputs), lab.references, y, train_pos, groups, gen, judge,
+                               seed, echo)
+        for source in opts.candidate_sources:
+            try:
+                cands += list(source(ctx))
+            except Exception as exc:  # a broken source must not sink the fit
+                log.warning("candidate source %r failed: %s", source, exc, exc_info=True)
+                notes.append(f"candidate source {getattr(source, '__name__', source)!r} failed: {type(exc).__name__}: {exc}")
+        base = Xb[base_cols].to_numpy(dtype=float) if base_cols else None
+        screener = Screener(y, groups, train_pos, base_pred=base_predictions(base, y, groups, train_pos, top_n=top_n),
+                            opts=opts.screening, budget=budget, seed=seed, echo=say)
+        before = art.scoring_counters(judge)
+        if budget is not None and opts.screen and cands:
+            k = min(top_n, len(cands))  # kept back for scoring the selected candidates on the held-out rows
+            budget.reserve_tokens = k * len(test_pos) * float(np.mean([c.cost_per_row for c in cands]))
+            budget.reserve_seconds = budget.speed.seconds(budget.reserve_tokens, k * len(test_pos)) if budget.speed else 0.0
+        say(f"scoring {len(cands)} candidates " + (f"(screened; first on a subset of the {len(train_pos)} training rows)"
+                                                  if opts.screen else f"on all {n_lab} rows (no screening)") + " ...")
+        outcome = screener.run(cands) if opts.screen else screener.run_all(cands, np.arange(n_lab))
+        _check_reachable_still(gen, judge)
+
+        # ----------------------------------------------------------------- regress
+        X = Xb[base_cols].copy()
+        meta = {c: meta_b[c] for c in base_cols}
+        for c in outcome.finalists:
+            X[c.name] = screener.values[c.name]
+            meta[c.name] = c.meta()
+        result, stopped = _fit_with_candidates(lab, target, X, meta, notes_b, outcome, screener, test_pos, train_pos, y,
+                                               budget=budget, screened=opts.screen, free=free, common=common, started=started)
+        prefix_cache = art.prefix_cache_report(before, art.scoring_counters(judge))
+        if result is None and free is None:
+            fates = "; ".join(f"{k}: {v['fate']} ({v['detail']})" for k, v in outcome.fates.items()) or "no candidate"
+            raise DataError("no candidate judge reached the regression and there is no LLM-free evaluator to return "
+                            f"(--use-bank never): {fates}. " + " ".join(notes))
+
+        # ----------------------------------------------------------------- the floor
+        returned, why = _floor(result, free, {c.name for c in cands}, stopped, bool(outcome.finalists))
+        say(("returned the evaluator with judges: " if returned is result else "returned the LLM-free evaluator: ") + why)
+        a = returned.evaluator.artifact
+        weights = {f["feature"]: f["weight"] for f in (result.evaluator.features if result else [])}
+        fates = art.candidate_fates(cands + [JudgeCandidate(j, [], []) for j in judges if j not in retrieved], outcome,
+                                    result.candidates if result else None, weights,
+                                    returned="with-judges" if returned is result else "llm-free", floor_why=why,
+                                    not_retrieved={j.name for j in judges if j not in retrieved})
+        by_name = {f["feature"]: f for f in fates}
+        selected = {f["feature"] for f in a["features"]}
+        allow = (lambda: budget.check() is None) if budget is not None else (lambda: True)
+        generated = art.generated_entries(judges, result.candidates if result else None, selected, by_name, X=X, y=y,
+                                          train_pos=train_pos, lab=lab, outputs=outputs, inputs=inputs,
+                                          rationales=opts.rationales, allow=allow)
+        multi = None
+        singles = [j for j in judges if j.spec.kind == "single" and j.name in X.columns]
+        if opts.compare_multi and singles and result is not None:
+            multi = art.compare_multi(singles, judge, X, y, outputs, inputs, train_pos, refit=lambda Xm: fit_on_features(
+                lab, target, (Xm, meta, notes_b), **common))
+            multi["tau_test_fit_single"] = result.evaluator.artifact["statistics"]["test"]["tau"]
+
+        a["method"]["name"] = "autometrics-full"
+        a["method"]["generator_counts"] = asdict(counts)
+        a["method"]["retrieve_k"] = opts.retrieve_k if bank_used else None
+        a["method"]["bank_used"] = bank_used
+        a["method"]["returned"] = "with-judges" if returned is result else "llm-free"
+        screening = {"screened": opts.screen, "options": asdict(opts.screening) if opts.screen else None,
+                     "rounds": outcome.rounds, "stopped": stopped,
+                     "base": {"features": base_cols, "note": "the metrics already in: a candidate's screening figure is the "
+                                                             "inner-CV τ it adds to their out-of-fold prediction"}}
+        floor = {"returned": a["method"]["returned"], "why": why, "llm_free_test": free.evaluator.statistics["test"] if free else None,
+                 "with_judges_test": result.evaluator.statistics["test"] if result else None,
+                 "note": "the choice between the two is made on the held-out rows (both τ shown): the reported τ is the better of two"}
+        a["llm"] = {"generator": gen.config.public(), "judge": judge.config.public(), "usage": gen.usage.to_dict(),
+                    "candidates": fates, "screening": screening, "floor": floor,
+                    "budget": ({"plan": plan.to_dict() if plan else None, **budget.to_dict()} if budget else None),
+                    "multi_vs_single": multi, "scoring_prefix_cache": prefix_cache,
+                    "seconds": round(time.perf_counter() - started, 1)}
+        a["generated"] = generated
+        a["retrieval"] = retrieval.to_dict() if retrieval else None
+        usage = a["llm"]["usage"]["total"]
+        if usage["failures"] or usage["parse_failures"]:
+            a["warnings"].append(f"LLM: {usage['failures']} failed requests and {usage['parse_failures']} unparseable replies "
+                                 "became missing values (imputed with the training median)")
+        if not any(f["fate"] == "kept" for f in fates):
+            a["warnings"].append(f"LLM: the judges added nothing: {why} ({usage['prompt_tokens'] + usage['completion_tokens']:,} "
+                                 "LLM tokens spent; see the candidates' fates)")
+        a["warnings"] += [f"LLM: {n}" for n in notes]
+        a["fit_seconds"] = round(time.perf_counter() - started, 2)
+        returned.evaluator = Evaluator(json_safe(a))
+        returned.notes = list(returned.notes) + notes
+        return returned
+    finally:
+        unbind_clients()
+
+
+def _fit_with_candidates(lab, target, X, meta, notes_b, outcome, screener, test_pos, train_pos, y, *, budget, screened: bool,
+                         free, common: dict, started: float) -> tuple:
+    """(the evaluator with the finalists, the budget's stop reason): with screening, the finalists
+    the regression selects on the training rows are scored on the held-out rows first.  None when
+    there is nothing to fit, the budget stopped, or the regression finds nothing it may use (then
+    the finalists' fates say why; without an LLM-free evaluator to return that is an error)."""
+    stopped = outcome.stopped
+    if not (outcome.finalists or (free is None and X.shape[1])):
+        return None, stopped
+    feats = (X, meta, list(notes_b))
+    try:
+        if screened and outcome.finalists:
+            first = fit_on_features(lab, target, feats, **{**common, "n_boot": 0})
+            chosen = {f["feature"] for f in first.evaluator.features}
+            if budget is not None:
+                budget.reserve_tokens = budget.reserve_seconds = 0.0
+            stopped = screener.score([c for c in outcome.finalists if c.name in chosen], test_pos) or stopped
+            for c in outcome.finalists:
+                X[c.name] = screener.values[c.name]
+                if stopped:
+                    outcome.fates[c.name] = {"fate": "budget", "detail": f"passed screening, not validated: {stopped}"}
+        return (None if stopped else fit_on_features(lab, target, feats, started=started, **common)), stopped
+    except ValueError as exc:  # e.g. every candidate disagrees with the labels: nothing the regression may use
+        if free is None:
+            raise
+        from autometrics.evaluators.stats import kendall_tau
+
+        for c in outcome.finalists:
+            t = kendall_tau(X[c.name].to_numpy(dtype=float)[train_pos], y[train_pos])[0]
+            fate = "negative weight" if t < 0 else "constant"
+            outcome.fates[c.name] = {"fate": fate, "detail": f"the regression could not use it (τ train {t:+.3f}): {exc}"}
+        return None, stopped
+
+
+def _tau(res) -> str:
+    t = res.evaluator.statistics["test"]["tau"] if res is not None else None
+    return "undefined" if t is None else f"{t:.3f}"
+
+
+def _floor(result, free, candidate_names: set, stopped: str | None, finalists: bool = False) -> tuple:
+    """(returned result, why): the evaluator with judges only when one of them is in it and it
+    beats the LLM-free evaluator on the held-out rows."""
+    if result is None:
+        if stopped:
+            return free, f"the evaluator with judges could not be validated ({stopped})"
+        return free, ("the regression could use no candidate (each disagrees with the labels or is constant)" if finalists
+                      else "no candidate reached the regression (each was screened out or failed)")
+    if free is None:
+        return result, "no LLM-free evaluator to compare with"
+    if not any(f["feature"] in candidate_names for f in result.evaluator.features):
+        return free, "no judge was selected"
+    tj, tf = result.evaluator.statistics["test"]["tau"], free.evaluator.statistics["test"]["tau"]
+    if tj is None or (tf is not None and tj <= tf):
+        return free, f"held-out τ with judges {_tau(result)} is not above the LLM-free {_tau(free)}"
+    return result, f"held-out τ with judges {_tau(result)} > LLM-free {_tau(free)}"
+
+
+def _return_free(free, lab, started, gen, judge, opts, plan, budget, notes, why):
+    a = free.evaluator.artifact
+    a["method"]["name"] = "autometrics-full"
+    a["method"]["returned"] = "llm-free"
+    a["llm"] = {"generator": gen.config.public(), "judge": judge.config.public(), "usage": gen.usage.to_dict(),
+                "candidates": [], "screening": None, "floor": {"returned": "llm-free", "why": why},
+                "budget": {"plan": plan.to_dict() if plan else None, **budget.to_dict()} if budget else None,
+                "seconds": round(time.perf_counter() - started, 1)}
+    a["generated"] = []
+    a["warnings"].append(f"LLM: the judges added nothing: {why}")
+    a["warnings"] += [f"LLM: {n}" for n in notes]
+    free.evaluator = Evaluator(json_safe(a))
+    return free
+
+
+def _check_reachable_still(gen, judge) -> None:
+    for client in dict.fromkeys((gen, judge)):
+        if client.unreachable:  # went away mid-run: no evaluator from all-missing judges
+            raise LLMUnreachable(f"the LLM endpoint went away during the fit ({client.unreachable}); nothing was "
+                                 "written. Restart the server and run the fit again (cached replies are reused)")
 
 
 def _unique_features(specs) -> list[str]:
@@ -81,209 +417,3 @@ def _unique_features(specs) -> list[str]:
         names.append(base if seen[base] == 1 else f"{base}_{seen[base]}")
     return names
 
-
-def fit_with_judges(
-    ds,
-    target: str,
-    opts: LLMOptions,
-    *,
-    task: str | None = None,
-    test_size: float = 0.3,
-    seed: int = 0,
-    top_n: int = 5,
-    n_boot: int = 1000,
-    regression: str = "nnls",
-    progress: bool = False,
-    dry_run: bool = False,
-    echo=lambda *a, **k: None,
-):
-    """Run the full method (module docstring) on a loaded dataset.  With ``dry_run=True``
-    returns the plan from :func:`estimate_plan` and makes no call.  Called by
-    :func:`autometrics.evaluators.fit.fit_evaluator` when it is given an LLM."""
-    started = time.perf_counter()
-    lab = ds.labelled(target)
-    y = lab.y(target)
-    train_pos, _test_pos = lab.split_positions(test_size, seed)
-    n_lab = len(lab)
-    bank_used = opts.use_bank == "always" or (opts.use_bank == "auto" and n_lab >= opts.min_labels_for_bank)
-    inputs = lab.inputs if lab.has_input else [""] * n_lab
-    outputs = lab.outputs
-    if dry_run:
-        avg = float(np.mean([len(i or "") + len(o or "") for i, o in zip(inputs, outputs, strict=False)])) if n_lab else 0.0
-        return estimate_plan(n_lab, len(train_pos), avg, opts, bank_used=bank_used)
-
-    gen, judge = _clients(opts)
-    for client in dict.fromkeys((gen, judge)):
-        client.check_reachable()  # a down endpoint: a clear error now, not minutes of retries
-    bind_client(judge)
-    notes: list[str] = []
-    try:
-        # ---------------------------------------------------------------- generate
-        echo(f"[{target}] generating judges with {gen.config.model} (judge: {judge.config.model}) ...")
-        specs, gen_notes = generate_judges(
-            task, target, [inputs[i] for i in train_pos], [outputs[i] for i in train_pos], y[train_pos],
-            generator=gen, judge=judge, counts=opts.counts, seed=seed,
-        )
-        notes += gen_notes
-        judges = [LLMJudgeMetric.from_spec(s, judge.config, feature=f, mode=opts.judge_mode)
-                  for s, f in zip(specs, _unique_features(specs), strict=False)]
-        for j in judges:
-            j.client = judge
-        echo(f"[{target}] {len(judges)} generated judges: " + ", ".join(j.name for j in judges))
-
-        # ---------------------------------------------------------------- retrieve
-        retrieval = None
-        if bank_used:
-            from autometrics.evaluators.judges.retrieve import Document, bank_documents, retrieve
-            from autometrics.metricbank import default_metrics
-
-            bank = default_metrics(with_reference=lab.has_references, with_input=lab.has_input)
-            docs = bank_documents([m.name for m in bank]) + [Document(j.name, j.spec.card(), generated=True) for j in judges]
-            retrieval = retrieve(task, target, docs, k=opts.retrieve_k, rerank_client=judge if opts.rerank else None,
-                                 dense=opts.dense)
-            notes += retrieval.notes
-            keep = set(retrieval.names)
-            candidates = [m for m in bank if m.name in keep] + [j for j in judges if j.name in keep]
-            echo(f"[{target}] retrieved {len(candidates)} candidate metrics (k={opts.retrieve_k})")
-        else:
-            candidates = list(judges)
-            why = "--use-bank never" if opts.use_bank == "never" else f"{n_lab} labelled examples < {opts.min_labels_for_bank}"
-            notes.append(f"only generated metrics used ({why}; AutoMetrics paper §4.6)")
-
-        # ------------------------------------------------------------------- score
-        echo(f"[{target}] scoring {len(candidates)} metrics on {n_lab} rows ...")
-        scored_judges = [c for c in candidates if isinstance(c, LLMJudgeMetric)]
-        prefix_cache = None
-        if scored_judges:
-            before = _scoring_counters(judge)
-            prefetch_row_major(scored_judges, outputs, inputs)
-            prefix_cache = _prefix_cache_report(before, _scoring_counters(judge))
-        X, meta, score_notes = score_metrics(candidates, outputs, inputs if lab.has_input else None, lab.references, progress=progress)
-        for client in dict.fromkeys((gen, judge)):
-            if client.unreachable:  # went away mid-run: no evaluator from all-missing judges
-                raise LLMUnreachable(f"the LLM endpoint went away during the fit ({client.unreachable}); nothing was "
-                                     "written. Restart the server and run the fit again (cached replies are reused)")
-        if not any(meta[c]["generated"] for c in X.columns):
-            notes.append("no generated judge could be scored")
-
-        # ----------------------------------------------------------------- regress
-        result = fit_on_features(ds, target, (X, meta, score_notes), task=task, test_size=test_size, seed=seed, top_n=top_n,
-                                 n_boot=n_boot, regression=regression, started=started)
-
-        # ---------------------------------------------------------------- extras
-        a = result.evaluator.artifact
-        cand = result.candidates.set_index("feature")
-        selected = {f["feature"] for f in a["features"]}
-        generated = []
-        for j in judges:
-            entry = {"feature": j.name, "kind": j.spec.kind, "criterion": j.spec.criterion, "spec": j.spec.to_dict(),
-                     "card": j.spec.card(), "retrieved": j.name in X.columns, "selected": j.name in selected,
-                     "example_prompt": j.requests(["<output>"], ["<input>"])[0]["messages"], "rationales": []}
-            if j.name in cand.index:
-                entry.update({"tau_train": cand.loc[j.name, "tau_train"], "tau_test": cand.loc[j.name, "tau_test"],
-                              "missing": int(cand.loc[j.name, "missing"])})
-            if j.name in selected and opts.rationales > 0 and j.name in X.columns:
-                vals = X[j.name].to_numpy(dtype=float)[train_pos]
-                ok = np.flatnonzero(~np.isnan(vals))
-                if len(ok):
-                    order = ok[np.argsort(vals[ok])]
-                    pick = list(dict.fromkeys([order[-1], order[0], order[len(order) // 2]]))[: opts.rationales]
-                    rows = [int(train_pos[p]) for p in pick]
-                    texts = j.rationales([outputs[r] for r in rows], [inputs[r] for r in rows])
-                    entry["rationales"] = [{"id": str(lab.frame["id"].iloc[r]), "human": float(y[r]),
-                                            "score": float(X[j.name].iloc[r]), "output": outputs[r][:300], "rationale": t}
-                                           for r, t in zip(rows, texts, strict=False)]
-            generated.append(entry)
-
-        multi = None
-        singles = [j for j in judges if j.spec.kind == "single" and j.name in X.columns]
-        if opts.compare_multi and singles:
-            multi = _compare_multi(singles, judge, X, y, outputs, inputs, train_pos, refit=lambda Xm: fit_on_features(
-                ds, target, (Xm, meta, score_notes), task=task, test_size=test_size, seed=seed, top_n=top_n, n_boot=n_boot,
-                regression=regression))
-            multi["tau_test_fit_single"] = result.evaluator.artifact["statistics"]["test"]["tau"]
-
-        a["method"]["name"] = "autometrics-full"
-        a["method"]["generator_counts"] = asdict(opts.counts)
-        a["method"]["retrieve_k"] = opts.retrieve_k if bank_used else None
-        a["method"]["bank_used"] = bank_used
-        a["llm"] = {"generator": gen.config.public(), "judge": judge.config.public(), "usage": gen.usage.to_dict(),
-                    "multi_vs_single": multi, "scoring_prefix_cache": prefix_cache, "seconds": round(time.perf_counter() - started, 1)}
-        a["generated"] = generated
-        a["retrieval"] = retrieval.to_dict() if retrieval else None
-        usage = a["llm"]["usage"]["total"]
-        if usage["failures"] or usage["parse_failures"]:
-            a["warnings"].append(f"LLM: {usage['failures']} failed requests and {usage['parse_failures']} unparseable replies "
-                                 "became missing values (imputed with the training median)")
-        a["warnings"] += [f"LLM: {n}" for n in notes]
-        a["fit_seconds"] = round(time.perf_counter() - started, 2)
-        result.evaluator = Evaluator(json_safe(a))
-        result.notes = list(result.notes) + notes
-        return result
-    finally:
-        unbind_clients()
-
-
-def _scoring_counters(client: LLMClient) -> dict:
-    """Prompt tokens sent by the scoring stages so far, and (for the embedded server) prompt
-    tokens the server actually evaluated, i.e. not served from its prefix cache."""
-    from autometrics.evaluators.llm.local import server_prompt_stats
-
-    usage = client.usage.to_dict()
-    sent = sum(v.get("prompt_tokens", 0) for k, v in usage.items() if k.startswith("score:"))
-    stats = server_prompt_stats(client.config.model)
-    return {"sent": sent, "evaluated": stats["evaluated_prompt_tokens"] if stats else None}
-
-
-def _prefix_cache_report(before: dict, after: dict) -> dict | None:
-    sent = after["sent"] - before["sent"]
-    if after["evaluated"] is None or before["evaluated"] is None or sent <= 0:
-        return None
-    evaluated = after["evaluated"] - before["evaluated"]
-    return {"prompt_tokens_sent": sent, "prompt_tokens_evaluated": evaluated, "evaluated_share": round(evaluated / sent, 4),
-            "note": "judge prompts of one example share its prefix (case first, criterion last); the local server "
-                    "evaluates only what its prefix cache does not hold (counted from its timing log)"}
-
-
-def _compare_multi(singles, judge: LLMClient, X, y, outputs, inputs, train_pos, *, refit=None) -> dict:
-    """Beyond the paper: score the single-criterion judges in one call per example (all rows)
-    and compare with one call per criterion on the same data: cost, per-criterion τ on train and
-    test rows, and (``refit``) the held-out τ of the same regression fed the multi-mode scores."""
-    before = judge.usage.to_dict()
-    counters = _scoring_counters(judge)
-    multi = score_multi([j.spec for j in singles], judge, list(outputs), list(inputs))
-    after = judge.usage.to_dict()
-    evaluated = _prefix_cache_report(counters, _scoring_counters(judge))
-    keys = ("requests", "calls", "prompt_tokens", "completion_tokens", "seconds", "parse_failures")
-    cost_multi = {k: round(after.get("score:multi", {}).get(k, 0) - before.get("score:multi", {}).get(k, 0), 2) for k in keys}
-    if evaluated:
-        cost_multi["prompt_tokens_evaluated"] = evaluated["prompt_tokens_evaluated"]
-    single_stage = after.get("score:single", {})
-    cost_single = {k: round(single_stage.get(k, 0), 2) for k in keys}
-    train = np.zeros(len(y), dtype=bool)
-    train[list(train_pos)] = True
-
-    def tau(s, mask):
-        ok = mask & ~np.isnan(s)
-        return kendall_tau(s[ok], y[ok])[0] if ok.sum() >= 3 else math.nan
-
-    per = []
-    for j in singles:
-        s_single = X[j.name].to_numpy(dtype=float)
-        s_multi = multi[j.spec.feature_name]
-        per.append({"feature": j.name, "tau_single": tau(s_single, train), "tau_multi": tau(s_multi, train),
-                    "tau_test_single": tau(s_single, ~train), "tau_test_multi": tau(s_multi, ~train),
-                    "missing_multi": int(np.isnan(s_multi).sum())})
-    out = {"rows": len(y), "cost_single": cost_single, "cost_multi": cost_multi, "criteria": per,
-           "note": "cost_single is the score:single stage of this fit (one call per criterion and example; "
-                   "LLM-cache hits cost nothing); cost_multi scores the same criteria on the same rows in one call per example"}
-    if refit is not None:
-        Xm = X.copy()
-        for j in singles:
-            Xm[j.name] = multi[j.spec.feature_name]
-        try:
-            out["tau_test_fit_multi"] = refit(Xm).evaluator.artifact["statistics"]["test"]["tau"]
-        except Exception as exc:  # the comparison must not break the fit
-            out["tau_test_fit_multi"] = None
-            out["refit_error"] = f"{type(exc).__name__}: {exc}"
-    return out

@@ -30,7 +30,7 @@ from pathlib import Path
 
 from autometrics.evaluators.errors import UserError
 
-__all__ = ["N_BOOT_MAX", "Parser", "count", "fraction", "positive", "at_least", "port", "seed", "check_out_folder",
+__all__ = ["N_BOOT_MAX", "Parser", "count", "fraction", "positive", "at_least", "duration", "port", "seed", "check_out_folder",
            "check_out_file", "check_page_path", "check_targets", "metric_names", "local_inputs", "debug_requested", "report",
            "UserError"]
 
@@ -110,6 +110,16 @@ def at_least(low: float):
 
     parse.__name__ = "number"
     return parse
+
+
+def duration(text: str) -> float:
+    """argparse type: a duration with a unit (``20m``, ``90s``, ``1h30m``) -> seconds."""
+    from autometrics.evaluators.judges.budget import parse_duration
+
+    try:
+        return parse_duration(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 # ------------------------------------------------------------------------------ paths

@@ -10,6 +10,7 @@ Shapes kept stable (scripts depend on them; options may be added):
   autometrics fit ... [--scaling [--scaling-seeds 3]] [--robustness [--robustness-n 40]]   (report analyses; opt-in)
   autometrics fit ... --llm [MODEL] [--judge-llm MODEL] [--n-single N] [--n-rubric N] [--n-example N]
                   [--n-optimized N] [--retrieve-k 30] [--dry-run]      (full AutoMetrics; opt-in)
+                  [--budget 20m] [--max-judge-tokens N] [--no-screen] [--screen-rows N]; fit ... [--max-rows N]
   autometrics llm install [--model 0.5b|1.5b] | autometrics llm serve [--model] [--port] | autometrics llm status
   autometrics collector serve [--store URL] [--host 127.0.0.1] [--port 4318] [--api-key KEY ...] [--no-auth]
                               [--max-body BYTES] [--langfuse auto|on|off]
@@ -27,7 +28,7 @@ import os
 import sys
 from pathlib import Path
 
-from autometrics._cli.checks import N_BOOT_MAX, Parser, count, fraction, port, positive, seed
+from autometrics._cli.checks import N_BOOT_MAX, Parser, count, duration, fraction, port, positive, seed
 
 
 def _build_parser() -> argparse.ArgumentParser:
@@ -55,6 +56,8 @@ def _build_parser() -> argparse.ArgumentParser:
     f.add_argument("--group-col", default=None, help="split groups (default: the input text)")
     f.add_argument("--test-size", type=fraction, default=0.3, help="held-out share of the labelled rows (0..1, default 0.3)")
     f.add_argument("--seed", type=seed, default=0)
+    f.add_argument("--max-rows", type=count(10), default=None,
+                   help="fit on a seeded sample of at most N labelled rows, made of whole groups (inputs)")
     f.add_argument("--top-n", type=count(1), default=5, help="most metrics the evaluator keeps (default 5)")
     f.add_argument("--regression", default="nnls", choices=["nnls", "pls", "enet", "single", "nnls_nodedup", "auto"],
                    help="how metrics are selected and weighted: nnls (default; sign-constrained least squares, "
@@ -98,7 +101,17 @@ def _build_parser() -> argparse.ArgumentParser:
     g.add_argument("--compare-multi", action="store_true",
                    help="also score all single criteria in one call per example and report cost and tau of both modes")
     g.add_argument("--rationales", type=count(0, 100), default=3, help="example rationales kept per selected judge")
-    g.add_argument("--dry-run", action="store_true", help="print the estimated LLM calls and tokens and exit")
+    g.add_argument("--dry-run", action="store_true",
+                   help="print the estimated LLM calls, tokens and time (from a measured warm-up call) and exit")
+    g.add_argument("--budget", type=duration, default=None,
+                   help="wall-clock budget (20m, 1h): candidates, rows and clipping are planned from the server's measured "
+                        "speed; scoring stops when it is spent and the best validated evaluator is returned")
+    g.add_argument("--max-judge-tokens", type=count(1), default=None,
+                   help="token budget: prompt + completion tokens of all LLM calls of the fit (cache hits are free)")
+    g.add_argument("--no-screen", action="store_true",
+                   help="score every candidate judge on every row (the paper's way) instead of screening on a subset first")
+    g.add_argument("--screen-rows", type=count(4), default=None,
+                   help="training rows of the first screening round (default: a quarter of them, 16..32)")
 
     s = sub.add_parser("score", help="score data with a fitted evaluator")
     s.add_argument("evaluator", help="evaluator.json (or the folder holding it)")
@@ -164,7 +177,7 @@ def _build_parser() -> argparse.ArgumentParser:
 
 
 def _llm_options(args):
-    from autometrics.evaluators.judges.options import PAPER_COUNTS, QUICK_COUNTS, LLMOptions
+    from autometrics.evaluators.judges.options import PAPER_COUNTS, QUICK_COUNTS, LLMOptions, ScreeningOptions
 
     base = QUICK_COUNTS if args.quick else PAPER_COUNTS
     counts = type(base)(**{**base.__dict__, **{k: v for k, v in {
@@ -174,6 +187,8 @@ def _llm_options(args):
         llm=args.llm, judge_llm=args.judge_llm, counts=counts, retrieve_k=args.retrieve_k, use_bank=args.use_bank,
         rerank=not args.no_rerank, rationales=args.rationales, compare_multi=args.compare_multi, judge_mode=args.judge_mode,
         concurrency=args.llm_concurrency, timeout=args.llm_timeout, cache=args.llm_cache,
+        screen=not args.no_screen, screening=ScreeningOptions(first_rows=args.screen_rows), budget_seconds=args.budget,
+        max_judge_tokens=args.max_judge_tokens, warmup=args.dry_run,
     )
 
 
@@ -215,17 +230,20 @@ def _cmd_fit(args) -> int:
         print("dry run: the LLM-free path makes no LLM calls (add --llm to plan the full method)")
         return 0
     for t in args.target:
+        ds_t = ds
+        if args.max_rows:
+            from autometrics.evaluators.fit import sample_rows
+
+            ds_t = sample_rows(ds, t, args.max_rows, args.seed)
+            if ds_t is not ds:
+                print(f"[{t}] note: {ds_t.warnings[-1]}")
         if use_llm:
             opts = _llm_options(args)
             kw = dict(task=args.task, llm_options=opts, test_size=args.test_size, seed=args.seed, top_n=args.top_n,
                       regression=args.regression,
-                      n_boot=args.n_boot, progress=not args.no_progress, dataset=ds)
+                      n_boot=args.n_boot, progress=not args.no_progress, dataset=ds_t)
             if args.dry_run:
-                plan = fit_evaluator(args.data, t, dry_run=True, **kw)
-                print(f"[{t}] dry run: estimated LLM calls and tokens (generator {opts.llm}, judge {opts.judge_llm or opts.llm})")
-                print(f"{'stage':<20} {'calls':>7} {'prompt tok':>11} {'compl tok':>10}")
-                for stage, v in plan.items():
-                    print(f"{stage:<20} {v['calls']:>7} {v['prompt_tokens']:>11} {v['completion_tokens']:>10}")
+                _print_dry_run(t, fit_evaluator(args.data, t, dry_run=True, **kw), opts)
                 continue
             result = fit_evaluator(args.data, t, echo=print, **kw)
         else:
@@ -240,11 +258,11 @@ def _cmd_fit(args) -> int:
                 metrics=metrics,
                 n_boot=args.n_boot,
                 progress=not args.no_progress,
-                dataset=ds,
+                dataset=ds_t,
             )
         if args.scaling or args.robustness:
             _fit_analyses(args, ds, t, result, metrics, use_llm)
-        lines = _fit_summary(t, result, ds)  # composed before anything is written: a failure here writes nothing
+        lines = _fit_summary(t, result, ds_t)  # composed before anything is written: a failure here writes nothing
         # each target's three files are replaced together, only now that its fit succeeded
         paths = write_reports(result, out_root if len(args.target) == 1 else out_root / t)
         print("\n".join(lines))
@@ -286,9 +304,33 @@ def _fit_summary(t: str, result, ds) -> list[str]:
         for g in result.evaluator.artifact.get("generated") or []:
             if g.get("selected"):
                 lines.append(f"[{t}] generated judge {g['feature']}: {g['criterion']} (tau train {_num(g.get('tau_train'))})")
+        from autometrics.evaluators.report_candidates import candidate_lines
+
+        lines += candidate_lines(result.evaluator.artifact, t)  # every candidate's fate and tokens, the floor
         lines.append(f"[{t}] LLM calls and tokens per stage ({llm['seconds']} s):")
         lines.append(_usage_table(llm["usage"]))
     return lines
+
+
+def _print_dry_run(t: str, plan: dict, opts) -> None:
+    """The dry run's table: calls, tokens and (from the measured warm-up) seconds per stage."""
+    from autometrics.evaluators.judges.budget import format_seconds
+
+    print(f"[{t}] dry run: estimated LLM calls and tokens (generator {opts.llm}, judge {opts.judge_llm or opts.llm}); "
+          "score: " + ("upper bound with screening" if opts.screen else "every judge on every row"))
+    sp = plan.get("speed")
+    print(f"{'stage':<20} {'calls':>7} {'prompt tok':>11} {'compl tok':>10}" + (f" {'time':>9}" if sp else ""))
+    for stage, v in plan.items():
+        if isinstance(v, dict) and "calls" in v:
+            print(f"{stage:<20} {v['calls']:>7} {v['prompt_tokens']:>11} {v['completion_tokens']:>10}"
+                  + (f" {format_seconds(v.get('seconds')):>9}" if sp else ""))
+    for note in plan.get("notes") or []:
+        print(f"[{t}] note: {note}")
+    if sp:
+        print(f"[{t}] measured warm-up: {sp['prompt_tokens_per_s']} prompt tokens/s, {sp['completion_tokens_per_s']} "
+              f"completion tokens/s: about {format_seconds(plan['total'].get('seconds'))} of LLM time in all")
+    else:
+        print(f"[{t}] no time estimate: {'the warm-up call failed' if opts.warmup else 'no warm-up call was made'}")
 
 
 def _fit_analyses(args, ds, target, result, metrics, use_llm) -> None:

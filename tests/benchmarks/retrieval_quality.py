@@ -2,33 +2,44 @@
 actually agree with the human judgments?
 
     python tests/benchmarks/retrieval_quality.py [--datasets simpeval summeval ...] [--max-rows 400]
-        [--modes bm25 dense hybrid] [--llm MODEL] [--shuffles 100] [--out results/retrieval_quality.json]
+        [--modes bm25 dense hybrid screen policy] [--screen-rows 32] [--screen-seeds 5]
+        [--design extreme|random] [--card-weight 0.02] [--llm MODEL] [--shuffles 1000]
+        [--out results/retrieval_quality.json]
 
 For each shared dataset (at most ``--max-rows`` rows, a seeded sample) every MetricBank metric
-that the data can feed and that runs here is scored once; for each label target the rows are split
-train/test grouped by input exactly as a fit does (``Dataset.split_positions``, seed 0, test 30 %),
-and each metric's Kendall tau-b with the target is computed on the train split.
+that the data can feed and that runs here is scored once.  For each label target the labelled
+rows are split train/test grouped by input exactly as a fit does (``Dataset.split_positions``,
+seed 0, test 30 %).  Then, for each of ``--screen-seeds`` seeds:
 
-Relevance, from those train taus:
+* the screening rows S: ``--screen-rows`` rows of the *train* split chosen as the fit's retrieval
+  policy chooses them (``screening_rows``: one row per input, the lowest and highest labels;
+  ``--design random`` draws one row per input at random instead);
+* the relevance rows R: every labelled row (train or test) whose input is not among S's inputs:
+  **disjoint from S by group**, so no label the ranker reads and no input it saw defines relevance.
 
-* graded relevance of a metric = |tau| (sign-free: the regression can use a metric in either
-  direction); a metric with several features (ROUGE.rouge1/2/L, ...) takes its best feature's
-  |tau|, because retrieval keeps or drops the whole metric; an undefined tau (constant or failed
-  metric) counts 0;
-* binary relevance: a metric is "relevant" if it is among the ``--top-relevant`` (10) metrics with
-  the largest |tau| (ties broken by name).
+Relevance, from R:
 
-The retriever (``autometrics.evaluators.judges.retrieve.retrieve``) is queried as ``fit_autometrics``
-queries it (the task description plus ``Quality to predict: <target>``) over the Metric Cards of
-the same candidate set, in its LLM-free modes: ``bm25`` (lexical only), ``dense`` (offline
-MiniLM only) and ``hybrid`` (both, reciprocal-rank fusion).  The LLM re-rank stage runs only with
-``--llm MODEL`` (mode ``hybrid+rerank``); it is skipped by default.
+* graded relevance of a metric = |Kendall tau-b| with the target on R (sign-free: the regression
+  can use a metric in either direction); a metric with several features (ROUGE.rouge1/2/L, ...)
+  takes its best feature's |tau|; an undefined tau counts 0;
+* binary relevance: among the ``--top-relevant`` (10) metrics with the largest |tau| (ties by name).
 
-Measures: recall@k = |top-k ∩ relevant| / |relevant| and NDCG@k with gain |tau| (linear gain,
-log2 discount), for k in 5, 10, 20.  Peer in the same run: a random ranking, as the exact expected
-value and as the mean and 95th percentile of ``--shuffles`` seeded shuffles.  Where the relevant
-set is the whole candidate set (a dataset without references leaves fewer than 10 metrics),
-recall@k is the same for every ranking and is reported as n/a.
+Rankers over the same candidate set (every MetricBank metric that runs here, all of them cheap CPU
+metrics in this environment, ranked here as if each were an expensive candidate):
+
+* ``bm25`` / ``dense`` / ``hybrid``: card text only, queried as a fit queries it (the task
+  description plus ``Quality to predict: <target>``);
+* ``screen``: |tau| on the screening rows S only (labels of S, nothing else);
+* ``policy``: what ``plan_retrieval`` ranks expensive candidates by: screening |tau| +
+  ``--card-weight`` x the hybrid card relevance rank-normalised to 0..1;
+* ``hybrid+rerank`` (only with ``--llm MODEL``): the hybrid ranking re-ranked by the LLM.
+
+Measures: recall@k and NDCG@k (gain |tau|, log2 discount) for k in 5, 10, 20, per seed; peer: a
+random ranking, as the exact expected value and as the mean and 95th percentile of ``--shuffles``
+seeded permutations of the same candidates under the same gains.  A mode "beats random" on a
+target and seed when its NDCG@10 is above that 95th percentile.  Where every candidate is
+relevant (datasets without references leave 7 metrics) recall@k is the same for every ranking and
+is reported as n/a.
 """
 
 from __future__ import annotations
@@ -42,19 +53,32 @@ from pathlib import Path
 import numpy as np
 from autometrics.evaluators.data import load_dataset
 from autometrics.evaluators.fit import score_metrics
-from autometrics.evaluators.judges.retrieve import RRF_K, bank_documents, ndcg_at_k, recall_at_k, retrieve
-from autometrics.evaluators.stats import kendall_tau
+from autometrics.evaluators.judges.retrieve import (
+    CARD_WEIGHT,
+    RRF_K,
+    SCREEN_ROWS,
+    bank_documents,
+    ndcg_at_k,
+    policy_scores,
+    recall_at_k,
+    retrieve,
+    screen_signal,
+    screening_rows,
+)
 from autometrics.metricbank import default_metrics, get_metric
 
 HERE = Path(__file__).resolve().parent
 SHARED = HERE.parents[2] / "shared" / "datasets"
 KS = (5, 10, 20)
-MODES = ("bm25", "dense", "hybrid")
+CARD_MODES = ("bm25", "dense", "hybrid")
+MODES = (*CARD_MODES, "screen", "policy")
 _MODE_FLAGS = {"bm25": (True, False), "dense": (False, True), "hybrid": (True, True)}
 
 RELEVANCE_DEFINITION = (
-    "graded relevance of a metric = |Kendall tau-b| with the target on the train split (best feature of the "
-    "metric; undefined tau counts 0); binary relevant = among the top-{top} metrics by that |tau| (ties by name). "
+    "graded relevance of a metric = |Kendall tau-b| with the target on the relevance rows R = every labelled row whose "
+    "input (group) is not among the screening rows' inputs (best feature of the metric; undefined tau counts 0); binary "
+    "relevant = among the top-{top} metrics by that |tau| (ties by name). The screening rows S ({n} rows of the grouped "
+    "train split, design '{design}') are the only labels the screen/policy rankers read; S and R are disjoint by group. "
     "recall@k = |top-k retrieved ∩ relevant| / |relevant|; NDCG@k uses gain |tau|, discount log2(rank+1); "
     "recall is n/a where every candidate is relevant (it is then the same for any ranking)."
 )
@@ -110,6 +134,16 @@ def shuffled_random(gains: dict[str, float], relevant: set[str], shuffles: int, 
     return {"mean": mean, "p95": p95}
 
 
+def percentile_of(value: float, gains: dict[str, float], shuffles: int, seed: int, k: int = 10) -> float | None:
+    """Share of random orderings (same seed as :func:`shuffled_random`) whose NDCG@k is below ``value``."""
+    if value is None or math.isnan(value):
+        return None
+    names = sorted(gains)
+    rng = np.random.default_rng(seed)
+    vals = [ndcg_at_k([names[i] for i in rng.permutation(len(names))], gains, k) for _ in range(shuffles)]
+    return float(np.mean([v < value for v in vals])) if vals else None
+
+
 # --------------------------------------------------------------------------- the data side
 
 
@@ -120,36 +154,54 @@ def load_jobs(shared: Path) -> dict[str, dict]:
 
 
 def metric_taus(X, meta: dict, y: np.ndarray, positions: np.ndarray) -> dict[str, dict]:
-    """Per metric: the feature with the largest train |tau| and that tau (None when undefined)."""
-    best: dict[str, dict] = {}
-    for feature in X.columns:
-        metric = meta[feature]["metric"]["name"]
-        tau, _ = kendall_tau(X[feature].to_numpy(dtype=float)[positions], y[positions])
-        tau = None if math.isnan(tau) else tau
-        cur = best.get(metric)
-        if cur is None or (tau is not None and (cur["tau"] is None or abs(tau) > abs(cur["tau"]))):
-            best[metric] = {"feature": feature, "tau": tau}
-    return best
+    """Per metric: the feature with the largest |tau| on ``positions`` and that tau (None when undefined)."""
+    sub = X.iloc[positions].reset_index(drop=True)
+    return {m: {"feature": v["feature"], "tau": v["tau"]} for m, v in screen_signal(sub, meta, y[positions]).items()}
 
 
-def _rankings(task: str, target: str, docs, modes, rerank_client) -> tuple[dict[str, list[str]], dict[str, list[str]]]:
-    """Full rankings of ``docs`` per mode, and each mode's notes (a mode that did not really run
-    is left out, e.g. dense without MiniLM, instead of silently measuring a fallback)."""
+def random_screen_rows(train_pos, groups, n: int, seed: int) -> np.ndarray:
+    """The ``--design random`` peer of ``screening_rows``: one random row per input, ``n`` inputs at random."""
+    rng = np.random.default_rng(seed)
+    g = groups[train_pos]
+    picks = [int(rng.choice(train_pos[g == key])) for key in rng.permutation(np.unique(g))[:n]]
+    return np.sort(np.asarray(picks, dtype=int))
+
+
+def _card_rankings(task: str, target: str, docs, modes, rerank_client) -> tuple[dict[str, list[str]], dict[str, list[str]], dict]:
+    """Full card rankings of ``docs`` per card mode, each mode's notes (a mode that did not really
+    run is left out, e.g. dense without MiniLM, instead of silently measuring a fallback), and the
+    hybrid fused scores (the policy's card term)."""
     out: dict[str, list[str]] = {}
     notes: dict[str, list[str]] = {}
-    for mode in modes:
+    hybrid_order: list[str] = []
+    for mode in CARD_MODES:
+        if mode not in modes and not (mode == "hybrid" and "policy" in modes):
+            continue
         lexical, dense = _MODE_FLAGS[mode]
         r = retrieve(task, target, docs, k=len(docs), lexical=lexical, dense=dense)
         notes[mode] = list(r.notes)
         if (lexical and not r.lexical) or (dense and not r.dense):
             continue
-        out[mode] = r.names
+        if mode == "hybrid":
+            hybrid_order = r.names
+        if mode in modes:
+            out[mode] = r.names
     if rerank_client is not None:
         r = retrieve(task, target, docs, k=len(docs), rerank_client=rerank_client)
         notes["hybrid+rerank"] = list(r.notes)
         if r.reranked:
             out["hybrid+rerank"] = r.names
-    return out, notes
+    n = len(hybrid_order)
+    card = {name: (1.0 - i / (n - 1)) if n > 1 else 1.0 for i, name in enumerate(hybrid_order)}
+    return out, notes, card
+
+
+def _mean_dicts(dicts: list[dict]) -> dict:
+    out = {}
+    for key in dicts[0] if dicts else []:
+        vals = [d[key] for d in dicts if d[key] is not None and not (isinstance(d[key], float) and math.isnan(d[key]))]
+        out[key] = float(np.mean(vals)) if vals else None
+    return out
 
 
 def run(
@@ -161,7 +213,11 @@ def run(
     test_size: float = 0.3,
     modes=MODES,
     top_relevant: int = 10,
-    shuffles: int = 100,
+    shuffles: int = 1000,
+    screen_rows_n: int = SCREEN_ROWS,
+    screen_seeds: int = 5,
+    design: str = "extreme",
+    card_weight: float = CARD_WEIGHT,
     metrics: list[str] | None = None,
     llm: str | None = None,
     echo=print,
@@ -190,7 +246,6 @@ def run(
                 bank = [m for m in bank if m.name in wanted]
             X, meta, notes = score_metrics(bank, ds.outputs, ds.inputs if ds.has_input else None, ds.references)
             score_s = time.perf_counter() - t0
-            # the candidate set retrieval ranks, as in fit_autometrics: every metric that runs here
             docs = bank_documents([m.name for m in bank])
             per_dataset[name] = {"rows": len(ds), "rows_in_file": len(full), "candidates": [d.name for d in docs],
                                  "skipped": notes, "unavailable_here": sorted(unavailable), "scoring_seconds": round(score_s, 1)}
@@ -201,30 +256,66 @@ def run(
                 if len(np.unique(lab.y(target))) < 2 or len(lab) < 10:
                     echo(f"  {name}/{target}: skipped ({len(lab)} labelled rows)")
                     continue
+                y = lab.y(target)
+                Xl = X.iloc[keep].reset_index(drop=True)
+                groups = lab.frame["group"].astype(str).to_numpy()
                 train_pos, _ = lab.split_positions(test_size, seed)
-                taus = metric_taus(X.iloc[keep].reset_index(drop=True), meta, lab.y(target), train_pos)
-                gains = {d.name: abs(taus[d.name]["tau"]) if d.name in taus and taus[d.name]["tau"] is not None else 0.0
-                         for d in docs}
-                relevant = relevant_set(gains, top_relevant)
-                rankings, mode_notes = _rankings(job["task"], target, docs, modes, rerank_client)
-                quality = {mode: ranking_quality(r, gains, relevant) for mode, r in rankings.items()}
+                card_rankings, mode_notes, card = _card_rankings(job["task"], target, docs, modes, rerank_client)
+                per_seed = []
+                for s in range(screen_seeds):
+                    S = (screening_rows(y, train_pos, groups, screen_rows_n, seed=s) if design == "extreme"
+                         else random_screen_rows(train_pos, groups, screen_rows_n, s))
+                    seen = set(groups[S])
+                    R = np.asarray([i for i in range(len(lab)) if groups[i] not in seen], dtype=int)
+                    taus = metric_taus(Xl, meta, y, R)
+                    gains = {d.name: abs(taus[d.name]["tau"]) if d.name in taus and taus[d.name]["tau"] is not None else 0.0
+                             for d in docs}
+                    relevant = relevant_set(gains, top_relevant)
+                    rankings = dict(card_rankings)
+                    signal = screen_signal(Xl.iloc[S].reset_index(drop=True), meta, y[S])
+                    signal = {n: signal.get(n, {"tau": None}) for n in gains}
+                    if "screen" in modes:
+                        sc = policy_scores(signal, {}, 0.0)
+                        rankings["screen"] = sorted(gains, key=lambda n: (-sc[n], n))
+                    if "policy" in modes and card:
+                        sc = policy_scores(signal, card, card_weight)
+                        rankings["policy"] = sorted(gains, key=lambda n: (-sc[n], n))
+                    quality = {mode: ranking_quality(r, gains, relevant) for mode, r in rankings.items()}
+                    shuffled = shuffled_random(gains, relevant, shuffles, seed + s)
+                    per_seed.append({
+                        "screen_seed": s, "n_screen": int(len(S)), "n_relevance_rows": int(len(R)),
+                        "relevant": sorted(relevant, key=lambda n: -gains[n]),
+                        "tau_relevance": {n: taus.get(n, {"feature": None, "tau": None}) for n in gains},
+                        "tau_screen": {n: signal[n]["tau"] for n in gains},
+                        "quality": quality, "random_expected": expected_random(gains, relevant), "random_shuffles": shuffled,
+                        "ndcg@10_percentile": {m: percentile_of(q["ndcg@10"], gains, shuffles, seed + s) for m, q in quality.items()},
+                        "beats_random_p95": {m: bool(q["ndcg@10"] > shuffled["p95"]["ndcg@10"]) for m, q in quality.items()
+                                             if q["ndcg@10"] is not None and shuffled["p95"].get("ndcg@10") is not None},
+                        "rankings": {m: r[:20] for m, r in rankings.items() if m in ("screen", "policy")},
+                    })
+                found = list(per_seed[0]["quality"]) if per_seed else []
                 row = {
                     "dataset": name,
                     "target": target,
+                    "n_labelled": int(len(lab)),
                     "n_train": int(len(train_pos)),
                     "n_candidates": len(docs),
-                    "n_relevant": len(relevant),
-                    "relevant": sorted(relevant, key=lambda n: -gains[n]),
-                    "tau_train": {n: taus.get(n, {"feature": None, "tau": None}) for n in gains},
-                    "quality": quality,
-                    "random_expected": expected_random(gains, relevant),
-                    "random_shuffles": shuffled_random(gains, relevant, shuffles, seed),
-                    "rankings": {mode: r[:20] for mode, r in rankings.items()},
+                    "n_relevant": len(per_seed[0]["relevant"]) if per_seed else 0,
+                    "quality": {m: _mean_dicts([p["quality"][m] for p in per_seed]) for m in found},
+                    "random_expected": _mean_dicts([p["random_expected"] for p in per_seed]),
+                    "random_shuffles": {"mean": _mean_dicts([p["random_shuffles"]["mean"] for p in per_seed]),
+                                        "p95": _mean_dicts([p["random_shuffles"]["p95"] for p in per_seed])},
+                    "beats_random_p95": {m: sum(p["beats_random_p95"].get(m, False) for p in per_seed) for m in found},
+                    "seeds": len(per_seed),
+                    "rankings": {m: r[:20] for m, r in card_rankings.items()},
+                    "per_seed": per_seed,
                     "retrieval_notes": {m: n for m, n in mode_notes.items() if n},
                 }
                 rows.append(row)
-                summary = ", ".join(f"{m} NDCG@10 {q['ndcg@10']:.2f}" for m, q in quality.items())
-                echo(f"  {name}/{target}: {summary} (random {row['random_expected']['ndcg@10']:.2f})")
+                summary = ", ".join(f"{m} {q['ndcg@10']:.2f} ({row['beats_random_p95'][m]}/{len(per_seed)})"
+                                    for m, q in row["quality"].items())
+                echo(f"  {name}/{target}: NDCG@10 (seeds above random p95) {summary}; "
+                     f"random mean {row['random_shuffles']['mean']['ndcg@10']:.2f} p95 {row['random_shuffles']['p95']['ndcg@10']:.2f}")
     finally:
         usage = rerank_client.usage.to_dict() if rerank_client is not None else None
         if rerank_client is not None:
@@ -244,11 +335,12 @@ def _columns() -> list[str]:
 
 
 def summarise(rows: list[dict], modes: list[str]) -> dict:
-    """Per mode (and random): macro mean of each measure over the targets where it is defined,
-    and the number of targets where the mode beats the 95th percentile of the random shuffles."""
+    """Per mode (and random): macro mean over targets of each measure (seed means), and how many
+    targets beat the random 95th percentile on NDCG@10: per screening seed, and their mean."""
     out = {}
+    seeds = max((r["seeds"] for r in rows), default=0)
     for mode in [*modes, "random (expected)"]:
-        means, beats = {}, {}
+        means = {}
         for key in _columns():
             if mode == "random (expected)":
                 vals = [r["random_expected"][key] for r in rows]
@@ -256,34 +348,39 @@ def summarise(rows: list[dict], modes: list[str]) -> dict:
                 vals = [r["quality"][mode][key] for r in rows if mode in r["quality"]]
             vals = [v for v in vals if v is not None and not math.isnan(v)]
             means[key] = float(np.mean(vals)) if vals else None
-            if mode != "random (expected)":
-                pairs = [(r["quality"][mode][key], r["random_shuffles"]["p95"].get(key)) for r in rows if mode in r["quality"]]
-                pairs = [(v, p) for v, p in pairs if v is not None and p is not None and not math.isnan(v)]
-                beats[key] = f"{sum(v > p for v, p in pairs)}/{len(pairs)}"
-        out[mode] = {"mean": means, "beats_random_p95": beats}
+        entry = {"mean": means, "beats_random_p95": {}}
+        if mode != "random (expected)":
+            counted = [r for r in rows if mode in r["quality"]]
+            per_seed = [sum(bool(r["per_seed"][s]["beats_random_p95"].get(mode)) for r in counted if s < len(r["per_seed"]))
+                        for s in range(seeds)]
+            entry["beats_random_p95"] = {"ndcg@10": f"{np.mean(per_seed) if per_seed else 0:.1f}/{len(counted)}",
+                                         "per_seed": per_seed, "targets": len(counted)}
+        out[mode] = entry
     return out
 
 
 def to_markdown(rows: list[dict], summary: dict, modes: list[str]) -> str:
-    cols = _columns()
-    head = "| dataset | target | N | mode | " + " | ".join(cols) + " |"
-    out = [head, "|---|---|---:|---|" + "---:|" * len(cols)]
+    out = ["| dataset | target | N | mode | NDCG@5 | NDCG@10 | NDCG@20 | recall@10 | seeds > random p95 |",
+           "|---|---|---:|---|---:|---:|---:|---:|---:|"]
     for r in rows:
         for mode in modes:
             if mode not in r["quality"]:
                 continue
             q = r["quality"][mode]
-            out.append(f"| {r['dataset']} | {r['target']} | {r['n_candidates']} | {mode} | "
-                       + " | ".join(_fmt(q[c]) for c in cols) + " |")
-        e, s = r["random_expected"], r["random_shuffles"]["p95"]
+            out.append(f"| {r['dataset']} | {r['target']} | {r['n_candidates']} | {mode} | {_fmt(q['ndcg@5'])} | "
+                       f"{_fmt(q['ndcg@10'])} | {_fmt(q['ndcg@20'])} | {_fmt(q['recall@10'])} | "
+                       f"{r['beats_random_p95'][mode]}/{r['seeds']} |")
+        e, p = r["random_expected"], r["random_shuffles"]["p95"]
         out.append(f"| {r['dataset']} | {r['target']} | {r['n_candidates']} | random (E / p95) | "
-                   + " | ".join(f"{_fmt(e[c])} / {_fmt(s.get(c))}" for c in cols) + " |")
-    out += ["", "Macro mean over targets (recall: only targets where it is defined); "
-            "'beats' = targets where the mode is above the 95th percentile of the random shuffles:", "",
-            "| mode | " + " | ".join(cols) + " |", "|---|" + "---:|" * len(cols)]
+                   f"{_fmt(e['ndcg@5'])} / {_fmt(p.get('ndcg@5'))} | {_fmt(e['ndcg@10'])} / {_fmt(p.get('ndcg@10'))} | "
+                   f"{_fmt(e['ndcg@20'])} / {_fmt(p.get('ndcg@20'))} | {_fmt(e['recall@10'])} | |")
+    out += ["", "Macro mean over targets (seed means); 'targets > random p95' = targets whose NDCG@10 is above the 95th "
+            "percentile of the random permutations, mean over screening seeds (per seed in brackets):", "",
+            "| mode | NDCG@5 | NDCG@10 | NDCG@20 | targets > random p95 |", "|---|---:|---:|---:|---|"]
     for mode, s in summary.items():
-        cells = [_fmt(s["mean"][c]) + (f" ({s['beats_random_p95'][c]})" if s["beats_random_p95"] else "") for c in cols]
-        out.append(f"| {mode} | " + " | ".join(cells) + " |")
+        b = s["beats_random_p95"]
+        beats = f"{b['ndcg@10']} ({', '.join(map(str, b['per_seed']))})" if b else ""
+        out.append(f"| {mode} | {_fmt(s['mean']['ndcg@5'])} | {_fmt(s['mean']['ndcg@10'])} | {_fmt(s['mean']['ndcg@20'])} | {beats} |")
     return "\n".join(out)
 
 
@@ -296,7 +393,11 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--test-size", type=float, default=0.3)
     ap.add_argument("--modes", nargs="*", default=list(MODES), choices=list(MODES))
     ap.add_argument("--top-relevant", type=int, default=10)
-    ap.add_argument("--shuffles", type=int, default=100)
+    ap.add_argument("--shuffles", type=int, default=1000)
+    ap.add_argument("--screen-rows", type=int, default=SCREEN_ROWS)
+    ap.add_argument("--screen-seeds", type=int, default=5)
+    ap.add_argument("--design", choices=("extreme", "random"), default="extreme")
+    ap.add_argument("--card-weight", type=float, default=CARD_WEIGHT)
     ap.add_argument("--metrics", nargs="*", default=None, help="restrict the bank (default: every metric that runs here)")
     ap.add_argument("--llm", default=None, metavar="MODEL",
                     help="also measure the LLM re-rank stage with this model (skipped by default)")
@@ -306,23 +407,27 @@ def main(argv: list[str] | None = None) -> dict:
     datasets = args.datasets or list(load_jobs(shared))
     started = time.perf_counter()
     rows, extra = run(datasets, shared=shared, max_rows=args.max_rows, seed=args.seed, test_size=args.test_size,
-                      modes=args.modes, top_relevant=args.top_relevant, shuffles=args.shuffles, metrics=args.metrics,
-                      llm=args.llm)
+                      modes=args.modes, top_relevant=args.top_relevant, shuffles=args.shuffles,
+                      screen_rows_n=args.screen_rows, screen_seeds=args.screen_seeds, design=args.design,
+                      card_weight=args.card_weight, metrics=args.metrics, llm=args.llm)
     modes = list(args.modes) + (["hybrid+rerank"] if args.llm else [])
     summary = summarise(rows, modes)
     seconds = time.perf_counter() - started
     print()
     print(to_markdown(rows, summary, modes))
     rerank = f"LLM re-rank measured with {args.llm}" if args.llm else "LLM re-rank skipped (pass --llm MODEL to measure it)"
-    definition = RELEVANCE_DEFINITION.format(top=args.top_relevant)
+    definition = RELEVANCE_DEFINITION.format(top=args.top_relevant, n=args.screen_rows, design=args.design)
     print(f"\nRelevance: {definition}")
-    print(f"Query: '<task> Quality to predict: <target>'; {rerank}; random peer: exact expectation and "
-          f"{args.shuffles} seeded shuffles; ≤ {args.max_rows} rows per dataset, grouped train split "
-          f"(test {args.test_size}, seed {args.seed}); total {seconds:.0f} s.")
+    print(f"Query: '<task> Quality to predict: <target>'; {rerank}; policy = screening |tau| + {args.card_weight} x card "
+          f"relevance; random peer: exact expectation and {args.shuffles} seeded permutations; {args.screen_seeds} screening "
+          f"seeds; ≤ {args.max_rows} rows per dataset, grouped train split (test {args.test_size}, seed {args.seed}); "
+          f"total {seconds:.0f} s.")
     result = {
         "settings": {
             "datasets": datasets, "max_rows": args.max_rows, "seed": args.seed, "test_size": args.test_size,
             "ks": list(KS), "modes": modes, "top_relevant": args.top_relevant, "shuffles": args.shuffles,
+            "screen_rows": args.screen_rows, "screen_seeds": args.screen_seeds, "design": args.design,
+            "card_weight": args.card_weight,
             "metrics": args.metrics or "every MetricBank metric that the data can feed and that runs here",
             "llm_rerank": args.llm or "skipped (pass --llm MODEL)", "rrf_k": RRF_K,
             "query": "<task from datasets.json> Quality to predict: <target>",
@@ -345,6 +450,12 @@ def _json_safe(v):
         return {k: _json_safe(x) for k, x in v.items()}
     if isinstance(v, list | tuple):
         return [_json_safe(x) for x in v]
+    if isinstance(v, np.integer):
+        return int(v)
+    if isinstance(v, np.floating):
+        return _json_safe(float(v))
+    if isinstance(v, np.bool_):
+        return bool(v)
     return v
 
 

@@ -40,7 +40,7 @@ def test_full_fit_with_faults_generated_only(fake, env):
     plan = ["429", "ok", "500", "ok", "timeout"] + ["ok"] * 30 + ["garbage", "truncated"]
     with fake(plan=plan, judge=_judge, timeout_sleep=1.5) as srv:
         opts = LLMOptions(llm=f"openai/fake@{srv.url}", counts=QUICK_COUNTS, timeout=1.0, max_retries=3,
-                                  concurrency=2, rationales=2, compare_multi=True)
+                                  concurrency=2, rationales=2, compare_multi=True, use_bank="never")
         res = fit_evaluator(_data(), "score", task="Answer briefly", llm_options=opts, n_boot=100)
         a = res.evaluator.artifact
         assert a["method"]["name"] == "autometrics-full" and a["method"]["bank_used"] is False
@@ -143,7 +143,7 @@ def test_prompt_optimized_judge_runs_dspy_miprov2(fake, env):
     counts = GeneratorCounts(n_single=1, n_rubric=0, n_example=0, n_optimized=1, optimized_trials=2,
                              optimized_candidates=2, optimized_rows=10)
     with fake(judge=_judge) as srv:
-        opts = LLMOptions(llm=f"openai/fake@{srv.url}", counts=counts, rationales=1, backoff=0.01)
+        opts = LLMOptions(llm=f"openai/fake@{srv.url}", counts=counts, rationales=1, backoff=0.01, screen=False)
         res = fit_evaluator(_data(30), "score", task="Answer briefly", llm_options=opts, n_boot=50)
         a = res.evaluator.artifact
         notes = a["llm"].get("notes") or []

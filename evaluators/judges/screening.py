@@ -1,0 +1,368 @@
+"""Screening: score each expensive candidate feature on a few training rows first, and pay for the
+rest of the rows only when it adds something to the evaluator.
+
+Why: scoring every generated judge on every row is what a fit spends its LLM tokens on, and on
+small data most judges add nothing (issue 16: 339 judge calls, no judge selected, and the fit did
+not know until every judge had scored every row).  The :class:`Screener` runs successive halving:
+every candidate scores a small subset of the training rows (whole input groups, balanced over
+label strata), the best 1/eta (at least two) of those that add to the evaluator go on to eta
+times as many rows, and the survivors of the last round score the remaining training rows; those
+that still add on all of them go to the regression.  Only the candidates the regression then selects are scored on
+the held-out rows (the pipeline does that).
+
+A candidate's screening figure is what it adds, not its own τ: :func:`added_tau` is the gain in
+Kendall τ of grouped inner-CV predictions when the candidate joins the metrics already in
+(summarised by their own out-of-fold prediction, :func:`base_predictions`), over the same
+procedure without it.  A judge that only repeats what the metrics already say gains nothing.
+
+Any feature can be screened: a candidate (:mod:`.candidates`) is a name, a kind, a per-row cost
+estimate and a way to score a subset of the labelled rows — LLM judges, code-generated metrics,
+nearest-exemplar metrics alike.
+
+Example::
+
+    screener = Screener(y, groups, train_pos, base_pred=base_predictions(Xbase, y, groups, train_pos))
+    outcome = screener.run([JudgeCandidate(j, outputs, inputs) for j in judges])
+    outcome.finalists, outcome.fates["llm.single.fluency"]
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+from autometrics.evaluators.judges.candidates import Candidate, CandidateContext, FunctionCandidate, JudgeCandidate
+from autometrics.evaluators.judges.options import ScreeningOptions
+from autometrics.evaluators.stats import kendall_tau
+
+__all__ = ["Candidate", "FunctionCandidate", "JudgeCandidate", "CandidateContext", "Screener", "ScreeningOutcome",
+           "added_tau", "base_predictions", "stratified_groups", "schedule", "sample_groups", "candidate_calls"]
+
+log = logging.getLogger("autometrics")
+
+# ------------------------------------------------------------------------- row subsets
+
+
+def stratified_groups(positions, y, groups, seed: int = 0, strata: int = 4) -> list[np.ndarray]:
+    """The rows at ``positions`` as whole groups (all outputs of one input stay together), in an
+    order whose every prefix is balanced over label strata: groups are binned by their mean label,
+    shuffled (seeded) within a bin, and taken round-robin across bins."""
+    pos = np.asarray(positions, dtype=int)
+    g = np.asarray(groups).astype(str)[pos]
+    uniq, inv = np.unique(g, return_inverse=True)
+    members = [pos[inv == k] for k in range(len(uniq))]
+    means = np.array([float(np.mean(y[m])) for m in members])
+    k = max(1, min(strata, len(members) // 2))
+    edges = np.quantile(means, np.linspace(0, 1, k + 1)[1:-1]) if k > 1 else np.array([])
+    level = np.searchsorted(edges, means, side="right")
+    rng = np.random.default_rng(seed)
+    bins = [list(rng.permutation(np.flatnonzero(level == b))) for b in range(k)]
+    order: list[int] = []
+    while any(bins):
+        for b in bins:
+            if b:
+                order.append(int(b.pop()))
+    return [members[i] for i in order]
+
+
+def _prefix(ordered: list[np.ndarray], n: int) -> np.ndarray:
+    out, total = [], 0
+    for m in ordered:
+        if total >= n:
+            break
+        out.append(m)
+        total += len(m)
+    return np.sort(np.concatenate(out)) if out else np.array([], dtype=int)
+
+
+def sample_groups(groups, n: int, seed: int = 0) -> np.ndarray:
+    """Positions of about ``n`` rows made of whole groups, seeded (``fit --max-rows``): groups in a
+    random order, each taken when it still fits; at least two groups."""
+    g = np.asarray(groups).astype(str)
+    uniq, inv = np.unique(g, return_inverse=True)
+    rng = np.random.default_rng(seed)
+    chosen, total = [], 0
+    for k in rng.permutation(len(uniq)):
+        size = int((inv == k).sum())
+        if total + size <= n or len(chosen) < 2:
+            chosen.append(k)
+            total += size
+        if total >= n:
+            break
+    return np.sort(np.flatnonzero(np.isin(inv, chosen)))
+
+
+def schedule(n_train: int, opts: ScreeningOptions) -> list[int]:
+    """Rows per round: ``first_rows``, then eta times as many, ... (``rounds`` rounds, none that
+    would already cover three quarters of the training rows), then all training rows."""
+    first = opts.first_rows or int(min(32, max(16, n_train // 4)))
+    sizes, n = [], first
+    for _ in range(max(0, opts.rounds)):
+        if n >= 0.75 * n_train:
+            break
+        sizes.append(int(n))
+        n *= max(2, opts.eta)
+    return sizes + [int(n_train)]
+
+
+def candidate_calls(n_candidates: int, n_train: int, n_test: int, opts: ScreeningOptions | None, top_n: int) -> list[tuple[int, int]]:
+    """Upper bound on what scoring costs: ``[(candidates asked, rows), ...]`` per round, the last
+    entry being the held-out rows for the selected ones.  ``opts`` None: every candidate on every row."""
+    if opts is None:
+        return [(n_candidates, n_train + n_test)] if n_candidates else []
+    out, alive, prev = [], n_candidates, 0
+    sizes = schedule(n_train, opts)
+    for r, n in enumerate(sizes):
+        if alive and n > prev:
+            out.append((alive, n - prev))
+        prev = n
+        if r < len(sizes) - 1:
+            alive = min(alive, max(math.ceil(alive / max(2, opts.eta)), opts.min_keep))
+    if alive and n_test:
+        out.append((min(top_n, alive), n_test))
+    return out
+
+
+# ------------------------------------------------------------------------- the figure
+
+
+def _fold_predict(tr, te, cols, y, orient) -> np.ndarray:
+    """Sign-constrained least squares on the standardised ``cols`` of the fold's training part;
+    predictions for ``te`` without intercept (a shared shift does not change a rank)."""
+    from scipy.optimize import nnls
+
+    if not cols:
+        return np.zeros(len(te))
+    Z_tr, Z_te = [], []
+    for c, fixed in zip(cols, orient, strict=True):
+        med = np.nanmedian(c[tr]) if np.isfinite(c[tr]).any() else 0.0
+        filled = np.where(np.isnan(c), med, c)
+        mu, sd = filled[tr].mean(), filled[tr].std()
+        z = (filled - mu) / sd if sd > 1e-12 else np.zeros_like(filled)
+        s = fixed if fixed else (1.0 if (kendall_tau(filled[tr], y[tr])[0] or 0) >= 0 else -1.0)
+        Z_tr.append(z[tr] * s)
+        Z_te.append(z[te] * s)
+    A, B = np.column_stack(Z_tr), np.column_stack(Z_te)
+    w = nnls(A, y[tr] - y[tr].mean(), maxiter=50 * A.shape[1])[0]
+    return B @ w
+
+
+def added_tau(values, y, groups, rows, base_pred=None, *, positive: bool = True, n_splits: int = 5,
+              max_missing: float = 0.5) -> dict:
+    """What a candidate adds on ``rows``: grouped K-fold predictions of y from the metrics already
+    in (``base_pred``, their out-of-fold prediction) plus the candidate, against the same without
+    it; ``gain`` = τ(with) − τ(without).  Also the candidate's own τ and missing count.  ``gain``
+    is NaN when too many values are missing or the rows hold fewer than two groups."""
+    rows = np.asarray(rows, dtype=int)
+    v = np.asarray(values, dtype=float)[rows]
+    yy = np.asarray(y, dtype=float)[rows]
+    gg = np.asarray(groups).astype(str)[rows]
+    ok = ~np.isnan(v)
+    out = {"rows": int(len(rows)), "missing": int((~ok).sum()), "tau": kendall_tau(v, yy)[0], "gain": math.nan,
+           "tau_with": math.nan, "tau_base": math.nan}
+    if not len(rows) or (~ok).mean() > max_missing:
+        return out
+    k = min(n_splits, len(np.unique(gg)))
+    if k < 2:
+        return out
+    from sklearn.model_selection import GroupKFold
+
+    b = None if base_pred is None else np.asarray(base_pred, dtype=float)[rows]
+    base_cols, base_orient = ([b], [1.0]) if b is not None else ([], [])
+    with_pred, base_only = np.zeros(len(rows)), np.zeros(len(rows))
+    for tr, te in GroupKFold(n_splits=k).split(v, yy, gg):
+        with_pred[te] = _fold_predict(tr, te, [*base_cols, v], yy, [*base_orient, 1.0 if positive else 0.0])
+        base_only[te] = _fold_predict(tr, te, base_cols, yy, base_orient)
+    t_with, t_base = kendall_tau(with_pred, yy)[0], kendall_tau(base_only, yy)[0]
+    t_with = 0.0 if math.isnan(t_with) else t_with
+    t_base = 0.0 if math.isnan(t_base) else t_base
+    out.update(tau_with=t_with, tau_base=t_base, gain=t_with - t_base)
+    return out
+
+
+def base_predictions(X, y, groups, train_pos, *, regression: str = "nnls", top_n: int = 5, n_splits: int = 5):
+    """Out-of-fold predictions, on the training rows, of the evaluator the metrics already in
+    would give (grouped K-fold; NaN elsewhere); None when there is no such metric."""
+    from autometrics.evaluators.selection import SELECTORS, make_selector
+    from sklearn.model_selection import GroupKFold
+
+    X = None if X is None else np.asarray(X, dtype=float)
+    if X is None or X.ndim != 2 or X.shape[1] == 0:
+        return None
+    train_pos = np.asarray(train_pos, dtype=int)
+    gt = np.asarray(groups).astype(str)[train_pos]
+    k = min(n_splits, len(np.unique(gt)))
+    if k < 2:
+        return None
+    pred = np.full(len(y), np.nan)
+    Xt, yt = X[train_pos], np.asarray(y, dtype=float)[train_pos]
+    name = regression if regression in SELECTORS else "nnls"
+    for tr, te in GroupKFold(n_splits=k).split(Xt, yt, gt):
+        try:
+            pred[train_pos[te]] = make_selector(name, top_n=top_n).fit(Xt[tr], yt[tr]).predict(Xt[te])
+        except ValueError:  # nothing varies in this fold: no information
+            pred[train_pos[te]] = yt[tr].mean()
+    return pred
+
+
+# ------------------------------------------------------------------------- the screener
+
+
+@dataclass
+class ScreeningOutcome:
+    """``finalists`` scored every training row; ``fates`` (name -> dict) holds the candidates
+    dropped on the way (failed, screened out, budget); ``rounds`` what each round did; ``stopped``
+    the budget's reason when it ran out; ``figures`` each candidate's figure per round."""
+
+    finalists: list[Candidate]
+    fates: dict[str, dict]
+    rounds: list[dict]
+    stopped: str | None
+    figures: dict[str, list[dict]]
+
+
+class Screener:
+    """Successive halving over candidates (module docstring).  ``y`` and ``groups`` cover the
+    labelled rows; ``train_pos`` are the training rows (the only ones screening reads labels
+    of); ``base_pred`` from :func:`base_predictions`; ``budget`` anything with
+    ``check(upcoming_tokens=...) -> reason | None`` (:class:`~.budget.Budget`)."""
+
+    def __init__(self, y, groups, train_pos, *, base_pred=None, opts: ScreeningOptions | None = None, budget=None,
+                 seed: int = 0, echo: Callable = lambda *a, **k: None):
+        self.y = np.asarray(y, dtype=float)
+        self.groups = np.asarray(groups).astype(str)
+        self.train_pos = np.sort(np.asarray(train_pos, dtype=int))
+        self.base_pred = base_pred
+        self.opts = opts or ScreeningOptions()
+        self.budget = budget
+        self.seed = seed
+        self.echo = echo
+        self.values: dict[str, np.ndarray] = {}  # name -> values over the labelled rows (NaN: not scored)
+        self.figures: dict[str, list[dict]] = {}
+        self._done: dict[str, set[int]] = {}  # name -> rows already asked
+
+    def score(self, candidates: list[Candidate], positions) -> str | None:
+        """Score ``candidates`` on ``positions`` (rows a candidate already scored are skipped), a
+        chunk of rows at a time with every candidate asked about a row before the next row; the
+        budget is checked before each chunk.  Returns its stop reason when it ran out."""
+        positions = np.asarray(positions, dtype=int)
+        done = {c.name: self._done.setdefault(c.name, set()) for c in candidates}
+        for c in candidates:
+            self.values.setdefault(c.name, np.full(len(self.y), np.nan))
+        todo = [int(p) for p in positions if any(int(p) not in done[c.name] for c in candidates if c.error is None)]
+        step = max(1, int(self.opts.chunk_rows))
+        for start in range(0, len(todo), step):
+            chunk = np.array(todo[start:start + step], dtype=int)
+            live = [c for c in candidates if c.error is None]
+            if self.budget is not None:
+                reason = self.budget.check(upcoming_tokens=sum(c.cost_per_row for c in live) * len(chunk))
+                if reason:
+                    return reason
+            by_class: dict[type, list[Candidate]] = {}
+            for c in live:
+                by_class.setdefault(type(c), []).append(c)
+            for cls, group in by_class.items():
+                try:
+                    cls.prepare(group, chunk)
+                except Exception as exc:  # asking failed as a whole: each candidate retries alone in score()
+                    log.warning("preparing %s candidates failed: %s", cls.__name__, exc)
+                for c in group:
+                    try:
+                        self.values[c.name][chunk] = c.score(chunk)
+                    except Exception as exc:  # one broken candidate must not sink the fit
+                        log.warning("candidate %s failed: %s", c.name, exc, exc_info=True)
+                        c.error = f"{type(exc).__name__}: {exc}"
+                    done[c.name].update(int(p) for p in chunk)
+        return None
+
+    def figure(self, c: Candidate, rows) -> dict:
+        f = added_tau(self.values[c.name], self.y, self.groups, rows, self.base_pred, positive=c.positive,
+                      max_missing=self.opts.max_missing)
+        self.figures.setdefault(c.name, []).append(f)
+        return f
+
+    def _failed(self, c: Candidate, fig: dict) -> str | None:
+        if c.error:
+            return c.error
+        if fig["rows"] and fig["missing"] / fig["rows"] > self.opts.max_missing:
+            why = []
+            if c.spent["parse_failures"]:
+                why.append(f"{c.spent['parse_failures']} unreadable replies")
+            if c.spent["failures"]:
+                why.append(f"{c.spent['failures']} failed requests")
+            return f"{fig['missing']} of {fig['rows']} rows missing" + (f" ({', '.join(why)})" if why else "")
+        return None
+
+    def run(self, candidates: list[Candidate]) -> ScreeningOutcome:
+        """Successive halving on the training rows; the finalists end with every training row scored."""
+        sizes = schedule(len(self.train_pos), self.opts)
+        ordered = stratified_groups(self.train_pos, self.y, self.groups, self.seed)
+        alive, fates, rounds = list(candidates), {}, []
+        eta = max(2, int(self.opts.eta))
+        for r, n in enumerate(sizes):
+            last = r == len(sizes) - 1
+            rows = self.train_pos if last else _prefix(ordered, n)
+            if not alive:
+                break
+            stopped = self.score(alive, rows)
+            if stopped:
+                for c in alive:
+                    fates[c.name] = {"fate": "budget", "detail": f"not scored further: {stopped} (round {r + 1}, {len(rows)} rows)"}
+                rounds.append({"round": r + 1, "rows": int(len(rows)), "candidates": len(alive), "kept": 0, "stopped": stopped})
+                return ScreeningOutcome([], fates, rounds, stopped, self.figures)
+            figs = {c.name: self.figure(c, rows) for c in alive}
+            survivors = []
+            for c in alive:
+                why = self._failed(c, figs[c.name])
+                if why:
+                    fates[c.name] = {"fate": "failed", "detail": why}
+                else:
+                    survivors.append(c)
+            if last:  # what the regression gets: the candidates that still add on all the training rows
+                finalists = [c for c in survivors if _finite(figs[c.name]["gain"]) > self.opts.min_gain]
+                for c in survivors:
+                    if c not in finalists:
+                        g = figs[c.name]["gain"]
+                        fates[c.name] = {"fate": "screened out", "detail": f"last round: adds {g:+.3f} τ on all {len(rows)} "
+                                                                           "training rows" if math.isfinite(g) else "no figure"}
+                rounds.append({"round": r + 1, "rows": int(len(rows)), "candidates": len(alive), "kept": len(finalists)})
+                return ScreeningOutcome(finalists, fates, rounds, None, self.figures)
+            ranked = sorted(survivors, key=lambda c: -_finite(figs[c.name]["gain"]))
+            quota = max(math.ceil(len(alive) / eta), self.opts.min_keep)
+            keep = [c for c in ranked[:quota] if _finite(figs[c.name]["gain"]) > self.opts.min_gain]
+            for c in survivors:
+                if c not in keep:
+                    g = figs[c.name]["gain"]
+                    why = (f"adds {g:+.3f} τ" if math.isfinite(g) else "no figure") + f" on {len(rows)} rows"
+                    if math.isfinite(g) and g > self.opts.min_gain:
+                        why += f" (not among the best {quota})"
+                    fates[c.name] = {"fate": "screened out", "detail": f"round {r + 1}: {why}"}
+            rounds.append({"round": r + 1, "rows": int(len(rows)), "candidates": len(alive), "kept": len(keep)})
+            self.echo(f"screening round {r + 1}: {len(alive)} candidates on {len(rows)} rows, {len(keep)} go on")
+            alive = keep
+        return ScreeningOutcome(alive, fates, rounds, None, self.figures)
+
+    def run_all(self, candidates: list[Candidate], positions) -> ScreeningOutcome:
+        """No screening (the paper's way): every candidate on every row of ``positions``; the
+        figures are computed on the training rows for the report."""
+        stopped = self.score(candidates, positions)
+        fates = {}
+        if stopped:
+            fates = {c.name: {"fate": "budget", "detail": f"not scored on every row: {stopped}"} for c in candidates}
+            return ScreeningOutcome([], fates, [{"round": 1, "rows": len(positions), "stopped": stopped}], stopped, self.figures)
+        finalists = []
+        for c in candidates:
+            why = self._failed(c, self.figure(c, self.train_pos))
+            if why:
+                fates[c.name] = {"fate": "failed", "detail": why}
+            else:
+                finalists.append(c)
+        rounds = [{"round": 1, "rows": int(len(positions)), "candidates": len(candidates), "kept": len(finalists)}]
+        return ScreeningOutcome(finalists, fates, rounds, None, self.figures)
+
+
+def _finite(v) -> float:
+    return float(v) if v is not None and math.isfinite(v) else -math.inf
