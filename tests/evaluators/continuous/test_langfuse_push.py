@@ -41,8 +41,10 @@ def _copy_store(url, tmp_path):
 
 def test_validator_rejects_bodies_that_break_the_spec():
     pytest.importorskip("yaml")
-    from langfuse_server import OpenAPIValidator, SpecError, load_spec
+    from langfuse_server import OpenAPIValidator, SpecError, load_spec, spec_path
 
+    if not spec_path().is_file():
+        pytest.skip(f"Langfuse's OpenAPI spec not found at {spec_path()} (set AUTOMETRICS_SHARED)")
     v = OpenAPIValidator(load_spec())
     schema = v.request_schema("/api/public/scores", "post")
     v.validate({"name": "x", "value": 1.0, "traceId": "t", "dataType": "NUMERIC"}, schema)
