@@ -13,7 +13,6 @@ import time
 
 import pandas as pd
 import pytest
-from autometrics.evaluators.llm import local as local_llm
 
 pytestmark = pytest.mark.slow
 
@@ -21,15 +20,6 @@ BUDGET = 300.0
 TASK = "Simplify a complex English sentence while keeping its meaning"
 
 
-@pytest.fixture(scope="module")
-def local_server():
-    if not local_llm.llama_cpp_available():
-        pytest.skip('llama-cpp-python[server] is not installed (pip install ".[llm]")')
-    if local_llm.model_path("0.5b") is None:
-        pytest.skip("the 0.5B model is not installed (autometrics llm install --model 0.5b)")
-    srv = local_llm.shared_server("0.5b")
-    yield srv
-    local_llm.stop_shared_servers()
 
 
 def test_a_budgeted_fit_with_the_real_local_llm(local_server, datasets_dir, tmp_path):
