@@ -3,8 +3,9 @@
 ``fit_evaluator`` loads and validates the data, then takes one of two paths that end in the same
 regression (:func:`~autometrics.evaluators.induce.fit_on_features`):
 
-- ``llm=None`` (default): the LLM-free path.  Every MetricBank metric the data can feed is scored
-  on the labelled rows.
+- ``llm=None`` (default): the LLM-free path.  Every cheap MetricBank metric the data can feed is
+  scored on the labelled rows, and the model-based ones the retrieval policy picks by their
+  measured signal (:func:`~autometrics.evaluators.judges.retrieve.score_bank`).
 - ``llm="local"`` / ``"local:1.5b"`` / a LiteLLM model string / ``"openai/m@http://host/v1"``:
   the full AutoMetrics method (:mod:`autometrics.evaluators.judges.pipeline`): generated LLM
   judges plus retrieved MetricBank metrics.  Everything else about the LLM half is one options
@@ -23,11 +24,13 @@ import dataclasses
 import time
 
 import pandas as pd
+from autometrics.collectors.files import json_safe
 from autometrics.evaluators.data import DataError, Dataset, load_dataset
 from autometrics.evaluators.evaluator import SCORE_COLUMN, Evaluator, load_evaluator, score_metrics
 from autometrics.evaluators.induce import DEFAULT_REGRESSION, MIN_LABELS_FOR_CONFIDENCE, FitResult, fit_on_features
 from autometrics.evaluators.judges.options import LLMOptions
-from autometrics.metricbank import Metric, default_metrics, get_metric
+from autometrics.evaluators.judges.retrieve import score_bank
+from autometrics.metricbank import Metric, get_metric
 
 __all__ = ["fit_evaluator", "sample_rows", "FitResult", "Evaluator", "LLMOptions", "load_evaluator", "score_metrics", "SCORE_COLUMN",
            "MIN_LABELS_FOR_CONFIDENCE"]
@@ -90,13 +93,17 @@ def fit_evaluator(
         raise ValueError("dry_run estimates LLM calls: pass llm= (the LLM-free fit makes none)")
     lab = ds.labelled(target)
     unavailable: dict[str, str] = {}
+    plan = None
     if features is None:
-        if metrics is None:
-            bank = default_metrics(with_reference=lab.has_references, with_input=lab.has_input, unavailable=unavailable)
+        if metrics is None:  # the retrieval policy: cheap metrics always, expensive ones by measured signal
+            features, _bank, unavailable, plan = score_bank(lab, target, task, test_size=test_size, seed=seed, progress=progress)
         else:
             bank = [get_metric(m) if isinstance(m, str) else m for m in metrics]
-        features = score_metrics(bank, lab.outputs, lab.inputs if lab.has_input else None, lab.references, progress=progress)
-    return fit_on_features(ds, target, features, unavailable=unavailable, started=started, **common)
+            features = score_metrics(bank, lab.outputs, lab.inputs if lab.has_input else None, lab.references, progress=progress)
+    result = fit_on_features(ds, target, features, unavailable=unavailable, started=started, **common)
+    if plan is not None:
+        result.evaluator.artifact["retrieval"] = json_safe(plan.to_dict())
+    return result
 
 
 def sample_rows(ds: Dataset, target: str, max_rows: int, seed: int = 0) -> Dataset:

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 from autometrics.evaluators.fit import FitResult
+from autometrics.evaluators.judges.code_metric import code_metrics_markdown
 from autometrics.evaluators.report_candidates import candidates_markdown
 from autometrics.metricbank import load_card
 
@@ -150,7 +151,7 @@ def render_markdown(result: FitResult) -> str:
     cand = result.candidates.assign(_abs=result.candidates["tau_train"].abs()).sort_values("_abs", ascending=False, na_position="last")
     for r in cand.itertuples():
         lines.append(f"| `{r.feature}` | {fmt_number(r.tau_train)} | {fmt_number(r.tau_test)} | {fmt_number(r.stage1_weight)} | {'✔' if r.selected else ''} |")
-    lines += llm_markdown(a)
+    lines += llm_markdown(a) or _free_retrieval(a)
     if a.get("unavailable_metrics"):
         lines += ["", f"MetricBank metrics that could not run here (skipped): {', '.join(a['unavailable_metrics'])} "
                   "(reasons: `autometrics bank list`)."]
@@ -333,8 +334,8 @@ def render_html(result: FitResult) -> str:
             + "".join(f"<li><code>{e(k)}</code>: {e(v)}</li>" for k, v in un.items())
             + "</ul></details>"
         )
-    if a.get("llm"):
-        out.append(safe_markdown("\n".join(llm_markdown(a, level=2))))
+    if a.get("llm") or _free_retrieval(a):
+        out.append(safe_markdown("\n".join(llm_markdown(a, level=2) or _free_retrieval(a))))
     out += analysis_html(a)
     out.append("<h2>Metric Cards of the selected metrics</h2>")
     for name in dict.fromkeys(f["metric"]["name"] for f in a["features"]):
@@ -348,11 +349,38 @@ def render_html(result: FitResult) -> str:
 
 
 def _card_for(a: dict, name: str) -> str:
-    """A generated judge's card comes from the artifact; MetricBank's from the bank."""
+    """A generated judge's, code metric's or nearest-exemplar metric's card comes from the
+    artifact; MetricBank's from the bank."""
     for g in a.get("generated") or []:
         if g["feature"] == name:
             return g["card"]
-    return _card_markdown(name)
+    cards = a.get("candidate_cards") or {}
+    return cards[name] if name in cards else _card_markdown(name)
+
+
+def retrieval_markdown(ret: dict | None, h: str = "##") -> list[str]:
+    """Which MetricBank metrics were scored: the policy's plan (cheap always, expensive by measured
+    signal), or an older artifact's card retrieval."""
+    if not ret:
+        return []
+    if "names" in ret:  # written before the policy (card retrieval)
+        return ["", f"{h} Retrieval", "", f"Kept {len(ret['names'])} metrics{' (LLM re-ranked)' if ret.get('reranked') else ''}: "
+                + ", ".join(f"`{n}`" for n in ret["names"])]
+    lines = ["", f"{h} Retrieval", "", f"Policy: {ret.get('policy')}. {len(ret.get('always') or [])} cheap metrics always scored; "
+             f"{len(ret.get('chosen') or [])} expensive (model-based) metrics chosen (k={ret.get('k')})."]
+    rest = [c for c in ret.get("candidates") or [] if c.get("fate") != "always"]
+    if rest:
+        lines += ["", "| metric | cost | fate | screening τ | card relevance |", "|---|---|---|---:|---:|"]
+        lines += [f"| `{c['name']}` | {c['cost']} | {c['fate']} | {fmt_number(c.get('screen_tau'))} | {fmt_number(c.get('card'))} |"
+                  for c in rest]
+    lines += [f"- {n}" for n in ret.get("notes") or []]
+    return lines
+
+
+def _free_retrieval(a: dict) -> list[str]:
+    """An LLM-free fit's retrieval section, when the policy had model-based metrics to choose from."""
+    ret = a.get("retrieval") or {}
+    return retrieval_markdown(ret) if any(c.get("fate") != "always" for c in ret.get("candidates") or []) else []
 
 
 def llm_markdown(a: dict, level: int = 2) -> list[str]:
@@ -384,10 +412,8 @@ def llm_markdown(a: dict, level: int = 2) -> list[str]:
             lines += ["", f"Instructions: {spec['instructions']}"]
         for r in g.get("rationales") or []:
             lines += ["", f"> human {r['human']:.3g}, judge {r['score']:.2f} — *{(r.get('rationale') or '(no rationale)').strip()}*"]
-    ret = a.get("retrieval")
-    if ret:
-        lines += ["", f"{h} Retrieval", "", f"Kept {len(ret['names'])} metrics{' (LLM re-ranked)' if ret.get('reranked') else ''}: "
-                  + ", ".join(f"`{n}`" for n in ret["names"])]
+    lines += retrieval_markdown(a.get("retrieval"), h)
+    lines += code_metrics_markdown(a.get("code_metrics") or [], weights, level)
     multi = llm.get("multi_vs_single")
     if multi:
         cs, cm = multi["cost_single"], multi["cost_multi"]

@@ -23,7 +23,8 @@ log = logging.getLogger("autometrics")
 
 # Metric classes outside MetricBank that an artifact may name (generated LLM judges).  Only
 # these are imported: an artifact never makes us import arbitrary code.
-_FACTORIES = {"autometrics.evaluators.judges:LLMJudgeMetric", "autometrics.evaluators.judges.code_metric:CodeMetric"}
+_FACTORIES = {"autometrics.evaluators.judges:LLMJudgeMetric", "autometrics.evaluators.judges.code_metric:CodeMetric",
+              "autometrics.evaluators.judges.exemplar:ExemplarMetric"}
 
 
 def metric_from_artifact_spec(spec: dict) -> Metric:

@@ -19,15 +19,14 @@ __all__ = ["candidate_fates", "generated_entries", "compare_multi", "scoring_cou
 
 #: fates in the order the report lists them
 FATE_ORDER = ("kept", "not returned", "not in top n", "near-duplicate", "negative weight", "constant", "screened out",
-              "failed", "budget", "not retrieved")
+              "failed", "budget")
 
 
 def _num(v):
     return None if v is None or (isinstance(v, float) and not math.isfinite(v)) else float(v)
 
 
-def candidate_fates(candidates, outcome, fit_table, weights: dict, *, returned: str, floor_why: str,
-                    not_retrieved=()) -> list[dict]:
+def candidate_fates(candidates, outcome, fit_table, weights: dict, *, returned: str, floor_why: str) -> list[dict]:
     """One entry per candidate: ``fate`` and a ``detail`` sentence, ``weight`` when kept, the last
     screening figure (``gain`` over ``gain_rows`` rows, own ``tau``), every round's figures, and
     what it cost (tokens, calls, cache hits, unreadable replies, failed requests, rows scored).
@@ -68,15 +67,33 @@ def candidate_fates(candidates, outcome, fit_table, weights: dict, *, returned: 
             else:
                 entry.update(fate="not in top n", detail="the regression gave it no weight next to the metrics it kept"
                              + (f" (τ train {tau_train:+.3f})" if tau_train is not None else ""))
-        elif c.name in not_retrieved:
-            entry.update(fate="not retrieved", detail="retrieval did not rank it among the candidates for this task")
         else:
             entry.update(fate="failed", detail="it could not be scored")
-        if entry["gain"] is not None and entry["fate"] not in ("not retrieved", "screened out"):
+        if entry["gain"] is not None and entry["fate"] != "screened out":
             entry["detail"] += f"; screening: adds {entry['gain']:+.3f} τ on {entry['gain_rows']} training rows"
         out.append(entry)
     order = {f: k for k, f in enumerate(FATE_ORDER)}
     return sorted(out, key=lambda e: (order.get(e["fate"], 99), -(e["weight"] or 0.0)))
+
+
+def other_candidates(cands, selected: set, fates: dict) -> tuple[list[dict], dict[str, str]]:
+    """The artifact's ``code_metrics`` (every written code metric: source, status, fate, whether
+    it is in the returned evaluator) and ``candidate_cards`` (feature -> Metric Card of each
+    non-judge candidate that can score, e.g. code and nearest-exemplar metrics)."""
+    from autometrics.evaluators.judges.code_metric import code_metric_entry
+
+    code, cards = [], {}
+    for c in cands:
+        f = fates.get(c.name) or {}
+        spec = getattr(c, "spec", None) if c.kind == "code" else None
+        if spec is not None:
+            code.append(code_metric_entry(spec, feature=c.name, metric=c.metric, selected=c.name in selected,
+                                          stats={"fate": f.get("fate"), "detail": f.get("detail"), "tau_train": f.get("tau")}))
+            if spec.ok:
+                cards[c.name] = spec.card()
+        elif not c.kind.startswith("judge") and callable(getattr(c.metric, "card", None)):
+            cards[c.name] = c.metric.card()
+    return code, cards
 
 
 def generated_entries(judges, table, selected: set, fates: dict, *, X=None, y=None, train_pos=None, lab=None,
@@ -88,7 +105,7 @@ def generated_entries(judges, table, selected: set, fates: dict, *, X=None, y=No
     out = []
     for j in judges:
         entry = {"feature": j.name, "kind": j.spec.kind, "criterion": j.spec.criterion, "spec": j.spec.to_dict(),
-                 "card": j.spec.card(), "retrieved": fates.get(j.name, {}).get("fate") != "not retrieved",
+                 "card": j.spec.card(),
                  "selected": j.name in selected, "fate": fates.get(j.name, {}).get("fate"),
                  "example_prompt": j.requests(["<output>"], ["<input>"])[0]["messages"], "rationales": []}
         if cand is not None and j.name in cand.index:

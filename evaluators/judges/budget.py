@@ -148,16 +148,17 @@ class Budget:
 
 def stage_estimates(counts: GeneratorCounts, n_train: int, n_test: int, case_tokens: float, *, top_n: int = 5,
                     screening: ScreeningOptions | None = None, rationales: int = 3, bank_used: bool = False,
-                    retrieve_k: int = 30, rerank: bool = True, compare_multi: bool = False, local: bool = False,
-                    generate: bool = True) -> dict:
+                    compare_multi: bool = False, local: bool = False, generate: bool = True) -> dict:
     """Calls, prompt and completion tokens per stage, before any call (judge scoring: the upper
     bound of the screening schedule; ``screening`` None = every judge on every row).  With
     ``local`` (a llama.cpp server), ``evaluated_prompt_tokens`` counts an example's text once per
     row and screening round, as its prefix cache serves the other criteria of that row.  ``generate``
     False: the judges are given, no generation stage."""
+    from autometrics.evaluators.judges.code_metric import estimate_code_calls
     from autometrics.evaluators.judges.screening import candidate_calls
 
     c = counts
+    code_calls, code_prompt, code_completion = estimate_code_calls(c.n_code, int(min(case_tokens, 200)))
     n_lab = n_train + n_test
     n_judges = c.n_single + c.n_rubric + c.n_example + c.n_optimized
     judge_prompt = case_tokens + CRITERION_TOKENS
@@ -167,7 +168,7 @@ def stage_estimates(counts: GeneratorCounts, n_train: int, n_test: int, case_tok
         "generate:example": (c.n_example * c.example_sets * min(c.example_eval_rows, n_train), judge_prompt + 5 * case_tokens, 1),
         "generate:optimize": (c.n_optimized * (8 + c.optimized_candidates * 2 + c.optimized_trials * max(1, c.optimized_rows // 2)),
                               judge_prompt + 300, 30),
-        "retrieve:rerank": (min(2 * retrieve_k, 60) if bank_used and rerank else 0, 400, 1),
+        "generate:code": (code_calls, code_prompt / max(code_calls, 1), code_completion / max(code_calls, 1)),
         "rationales": (rationales * min(top_n, n_judges), judge_prompt, 80),
         "score:multi": (n_lab if compare_multi else 0, judge_prompt + 30 * c.n_single, 8 * c.n_single),
     }
@@ -232,9 +233,9 @@ class Plan:
                        "completion tokens/s (warm-up call)")
         out.append(f"budget {limit}: " + ("plan" if self.fits else "no plan fits; the smallest") +
                    f": {self.n_candidates} candidate judges ({c.n_single} single, {c.n_rubric} rubric, {c.n_example} example, "
-                   f"{c.n_optimized} optimized), {self.rows or self.n_lab} of {self.n_lab} labelled rows, "
-                   f"examples clipped at {self.clip_chars or 3000} characters; estimated {format_seconds(self.seconds)}, "
-                   f"{self.tokens:,} tokens")
+                   f"{c.n_optimized} optimized)" + (f" and {c.n_code} code metrics" if c.n_code else "")
+                   + f", {self.rows or self.n_lab} of {self.n_lab} labelled rows, examples clipped at "
+                   f"{self.clip_chars or 3000} characters; estimated {format_seconds(self.seconds)}, {self.tokens:,} tokens")
         out += [f"plan: {n}" for n in self.notes]
         return out
 
@@ -255,6 +256,9 @@ def _count_steps(counts: GeneratorCounts) -> list[GeneratorCounts]:
     if c.n_example and c.example_sets > 2:
         c = dataclasses.replace(c, example_sets=2, example_eval_rows=min(c.example_eval_rows, 12))
         steps.append(c)
+    if c.n_code > 1:  # code metrics cost a fixed number of calls to write, none per row
+        c = dataclasses.replace(c, n_code=1)
+        steps.append(c)
     while c.n_single + c.n_rubric + c.n_example > 1:
         if c.n_single > max(c.n_rubric, 1) or (c.n_single and not c.n_rubric and not c.n_example):
             c = dataclasses.replace(c, n_single=c.n_single - 1)
@@ -265,13 +269,15 @@ def _count_steps(counts: GeneratorCounts) -> list[GeneratorCounts]:
         else:
             c = dataclasses.replace(c, n_single=c.n_single - 1)
         steps.append(c)
+    if c.n_code:
+        steps.append(dataclasses.replace(c, n_code=0))
     return steps
 
 
 def plan_fit(budget: Budget, speed: Speed | None, *, n_lab: int, test_size: float, case_chars: float,
              counts: GeneratorCounts, top_n: int, screening: ScreeningOptions | None, rationales: int = 3,
-             bank_used: bool = False, retrieve_k: int = 30, rerank: bool = True, local: bool = False,
-             clip_chars: int | None = None, min_rows: int = 40, margin: float = 0.85, generate: bool = True) -> Plan:
+             bank_used: bool = False, local: bool = False, clip_chars: int | None = None, min_rows: int = 40,
+             margin: float = 0.85, generate: bool = True) -> Plan:
     """The largest plan whose estimate fits ``margin`` of what the budget has left.  What is given
     up first: clipping long examples (1500, 800, 400 characters of input and of output), then
     candidates (:func:`_count_steps`), then rows (whole groups, down to ``min_rows``)."""
@@ -290,7 +296,7 @@ def plan_fit(budget: Budget, speed: Speed | None, *, n_lab: int, test_size: floa
         n_test = max(1, round(rows * test_size))
         case = estimate_tokens("x" * int(min(case_chars, 2 * clip) if clip else case_chars))
         stages = stage_estimates(k, rows - n_test, n_test, case, top_n=top_n, screening=screening, rationales=rationales,
-                                 bank_used=bank_used, retrieve_k=retrieve_k, rerank=rerank, local=local, generate=generate)
+                                 bank_used=bank_used, local=local, generate=generate)
         tokens = stages["total"]["prompt_tokens"] + stages["total"]["completion_tokens"]
         seconds = estimate_seconds(stages, speed)["total"] if speed else 0.0
         return stages, tokens, seconds
@@ -313,6 +319,8 @@ def _plan(best, n_lab, fits, wanted: GeneratorCounts, speed, budget: Budget, cas
         notes.append(f"judges see at most {clip} characters of input and of output (examples average {case_chars:.0f})")
     n_want = wanted.n_single + wanted.n_rubric + wanted.n_example + wanted.n_optimized
     n_have = k.n_single + k.n_rubric + k.n_example + k.n_optimized
+    if k.n_code < wanted.n_code:
+        notes.append(f"{k.n_code} of the {wanted.n_code} requested code metrics")
     if n_have < n_want or k.example_sets < wanted.example_sets:
         notes.append(f"{n_have} of the {n_want} requested candidate judges"
                      + (" (no prompt-optimized judge)" if wanted.n_optimized and not k.n_optimized else ""))

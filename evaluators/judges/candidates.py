@@ -182,3 +182,4 @@ class CandidateContext:
     judge: object = None
     seed: int = 0
     echo: Callable = field(default=lambda *a, **k: None)
+    axes: list[str] = field(default_factory=list)  # the generated judges' criteria (code metrics may measure them)

@@ -41,7 +41,7 @@ from autometrics.evaluators.stats import kendall_tau
 from autometrics.metricbank.base import Metric, MetricUnavailable
 
 __all__ = ["CodeMetricSpec", "CodeMetric", "CodeMetricFailed", "generate_code_metrics", "code_messages", "extract_code",
-           "code_metric_entry", "code_metrics_markdown", "estimate_code_calls", "CODE_FACTORY", "STAGE"]
+           "code_metric_entry", "code_metrics_markdown", "estimate_code_calls", "code_metric_source", "CODE_FACTORY", "STAGE"]
 
 CODE_FACTORY = "autometrics.evaluators.judges.code_metric:CodeMetric"
 STAGE = "generate:code"
@@ -376,6 +376,55 @@ class CodeMetric(Metric):
         if res.failed:
             raise CodeMetricFailed(f"code metric {self.name} failed in the sandbox: {res.failed}")
         return np.asarray(res.values, dtype=float)
+
+
+def code_metric_source(ctx, *, n: int = 2) -> list:
+    """A candidate source for ``LLMOptions.candidate_sources`` (:mod:`.candidates`): ``n`` code
+    metrics written by ``ctx.generator`` from the training rows only (and, when given, measuring
+    the generated judges' criteria ``ctx.axes``), each a :class:`~.candidates.FunctionCandidate`
+    of kind ``code`` that costs no tokens to score.  A candidate that failed when it was written
+    comes with its ``error`` set (screening reports it as failed, with the reason); each carries
+    its ``spec`` for the artifact.  The sandbox runs once over every labelled row, on first use."""
+    from autometrics.evaluators.judges.candidates import FunctionCandidate
+
+    why = sandbox_unavailable()
+    if why:
+        ctx.echo(f"note: no code metrics: {why}")
+        return []
+    tr = np.asarray(ctx.train_pos, dtype=int)
+    refs = ctx.references if ctx.references is not None else [None] * len(ctx.outputs)
+    specs = generate_code_metrics(ctx.generator, ctx.task, ctx.target, [ctx.inputs[p] for p in tr],
+                                  [ctx.outputs[p] for p in tr], np.asarray(ctx.y, dtype=float)[tr], n=n, seed=ctx.seed,
+                                  references=[refs[p] for p in tr], axes=list(ctx.axes) or None)
+    out = []
+    for spec in specs:
+        if not spec.ok:
+            cand = FunctionCandidate(spec.feature_name, "code", lambda pos: np.full(len(pos), np.nan), cost_per_row=0.0)
+            cand.error = f"the written code failed: {spec.error}"
+        else:
+            metric = CodeMetric.from_spec(spec)
+            cand = FunctionCandidate(metric.name, "code", _all_rows_once(metric, ctx), metric=metric, cost_per_row=0.0)
+        cand.spec = spec
+        out.append(cand)
+    ok = sum(s.ok for s in specs)
+    ctx.echo(f"{len(specs)} code metrics written, {ok} ran on the smoke-test rows"
+             + "".join(f"; {s.feature_name} failed: {s.error}" for s in specs if not s.ok))
+    return out
+
+
+def _all_rows_once(metric: CodeMetric, ctx):
+    """``fn(positions)`` for a FunctionCandidate: one sandbox run over every labelled row the
+    first time (a process per chunk of screening rows would cost more than the metric), then
+    lookups; a failed run raises :class:`CodeMetricFailed` (the candidate fails with it)."""
+    cache: dict[str, np.ndarray] = {}
+
+    def fn(positions):
+        if "values" not in cache:
+            cache["values"] = np.asarray(metric.score(list(ctx.outputs), inputs=list(ctx.inputs), references=ctx.references),
+                                         dtype=float)
+        return cache["values"][np.asarray(positions, dtype=int)]
+
+    return fn
 
 
 # ------------------------------------------------------------------------------ artifact and report

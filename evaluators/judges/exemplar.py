@@ -250,6 +250,34 @@ class ExemplarMetric(Metric):
     def to_spec(self) -> dict:
         return {**super().to_spec(), "factory": FACTORY}
 
+    def card(self) -> str:
+        """A Metric Card (the MetricBank sections) for this fitted metric, shown in the report."""
+        n, k = len(self._labels), self.params["k"]
+        rep = "its output and the edit from its input to its output" if self.needs_input else "its output"
+        return "\n".join([
+            f"# Metric Card: {FEATURE} (learned from this fit's training labels)",
+            "", "## Metric Details",
+            f"A row's value is the similarity-weighted mean human label of the {k} most similar of {n} stored training "
+            f"rows ({rep}, embedded with `{self.params['model']}`), "
+            + ("minus the plain mean label of the rows it may use." if self.params["centred"] else "."),
+            "", "## Intended Use",
+            "A cheap learned candidate for small-data fits: outputs that resemble well-rated training outputs score high. "
+            "It enters the evaluator only through the same screening and selection as the LLM judges.",
+            "", "## Metric Implementation",
+            "Training rows get leave-one-out values that also leave out rows of the same input (group); at scoring time "
+            "stored rows with the same input text are left out, so the value means the same at fit and scoring time. "
+            "Embeddings are stored int8-quantised in the evaluator; no training text is stored.",
+            "", "## Known Limitations",
+            "It predicts from resemblance, not from quality: outputs unlike any stored one get values near zero, and a "
+            "shift in what outputs look like (a new generator) moves it. Check its held-out τ.",
+            "", "## Related Metrics",
+            "Embedding similarity metrics of MetricBank; the generated LLM judges.",
+            "", "## Further Reading",
+            "k-nearest-neighbour regression; Reimers & Gurevych, Sentence-BERT (the encoder family).",
+            "", "## Metric Card Authors",
+            "Generated automatically by autometrics-sdk.",
+        ])
+
     def check_available(self) -> None:
         from autometrics.metricbank._models import locate_model, require_packages
 

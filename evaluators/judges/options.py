@@ -26,10 +26,11 @@ class GeneratorCounts:
     optimized_trials: int = 4  # MIPROv2 trials
     optimized_candidates: int = 2  # MIPROv2 instruction candidates
     optimized_rows: int = 12  # training rows given to MIPROv2
+    n_code: int = 0  # code-generated metrics (Python functions run in a sandbox, judges/code_metric.py)
 
 
-PAPER_COUNTS = GeneratorCounts()
-QUICK_COUNTS = GeneratorCounts(n_single=2, n_rubric=1, n_example=1, n_optimized=0, example_sets=2, example_eval_rows=6)
+PAPER_COUNTS = GeneratorCounts(n_code=2)  # the paper's judge counts, plus two code metrics (screened like judges)
+QUICK_COUNTS = GeneratorCounts(n_single=2, n_rubric=1, n_example=1, n_optimized=0, example_sets=2, example_eval_rows=6, n_code=1)
 
 
 @dataclass
@@ -54,10 +55,10 @@ class LLMOptions:
     llm: str = "local"  # generator model string (see LLMConfig.parse)
     judge_llm: str | None = None  # judge model string; default: the generator's
     counts: GeneratorCounts = field(default_factory=lambda: PAPER_COUNTS)
-    retrieve_k: int = 30
+    retrieve_k: int = 8  # expensive (model-based) MetricBank metrics scored on every row, chosen by measured signal
     use_bank: str = "auto"  # auto (bank only with >= 80 labels, paper §4.6) | always | never
-    rerank: bool = True  # LLM re-rank of the fused retrieval
-    dense: bool = True  # dense (MiniLM) retrieval besides BM25
+    dense: bool = True  # dense (MiniLM) card ranking besides BM25 (the tie-break of the retrieval policy)
+    exemplar: bool = True  # a nearest-exemplar candidate (judges/exemplar.py), screened like the judges
     rationales: int = 3  # example rationales kept per selected generated judge
     compare_multi: bool = False  # also score the single-criterion judges in one call per example
     judge_mode: str = "auto"  # auto | logprobs | json

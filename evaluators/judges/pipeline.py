@@ -1,13 +1,14 @@
-"""The full AutoMetrics method: generate -> retrieve -> screen -> regress -> validate -> report.
+"""The full AutoMetrics method: retrieve -> generate -> screen -> regress -> validate -> report.
 
-:func:`fit_with_judges` generates LLM judges from the training rows, retrieves candidate metrics
-(MetricBank's Metric Cards plus the generated judges' cards) for the task, and screens the
-judges (and any other costly candidate, ``LLMOptions.candidate_sources``) before paying for them
-(:mod:`.screening`): each is scored on a small stratified subset of the training rows, and only
-those that add to the evaluator are scored on the rest; only the judges the regression selects
-are scored on the held-out rows.  The features go to
-:func:`~autometrics.evaluators.induce.fit_on_features` (same split, same selection; negatively
-weighted judges are dropped).
+:func:`fit_with_judges` scores the MetricBank metrics the retrieval policy picks
+(:func:`~.retrieve.score_bank`: every cheap one, model-based ones by measured signal), generates
+LLM judges from the training rows, adds the other candidate sources (code metrics written by the
+LLM and run in a sandbox, the nearest-exemplar metric, ``LLMOptions.candidate_sources``), and
+screens every candidate before paying for it (:mod:`.screening`): each is scored on a small
+stratified subset of the training rows, and only those that add to the evaluator are scored on
+the rest; only the candidates the regression selects are scored on the held-out rows.  The
+features go to :func:`~autometrics.evaluators.induce.fit_on_features` (same split, same
+selection; negatively weighted judges are dropped).
 
 The LLM-free evaluator (MetricBank alone, what ``fit`` without ``--llm`` gives) is fitted first
 and is the floor: when no judge is selected, or the evaluator with judges does not beat it on the
@@ -36,7 +37,7 @@ import numpy as np
 import pandas as pd
 from autometrics.collectors.files import json_safe
 from autometrics.evaluators.data import DataError
-from autometrics.evaluators.evaluator import Evaluator, score_metrics
+from autometrics.evaluators.evaluator import Evaluator
 from autometrics.evaluators.induce import fit_on_features
 from autometrics.evaluators.judges import artifact as art
 from autometrics.evaluators.judges.budget import Budget, estimate_seconds, measure_speed, plan_fit, stage_estimates
@@ -92,7 +93,7 @@ def estimate_plan(n_labelled: int, n_train: int, avg_chars: float, opts: LLMOpti
     local = LLMConfig.parse(opts.judge_llm or opts.llm).is_local
     return stage_estimates(opts.counts, n_train, n_labelled - n_train, case, top_n=top_n,
                            screening=opts.screening if opts.screen else None, rationales=opts.rationales, bank_used=bank_used,
-                           retrieve_k=opts.retrieve_k, rerank=opts.rerank, compare_multi=opts.compare_multi, local=local,
+                           compare_multi=opts.compare_multi, local=local,
                            generate=not opts.judge_specs)
 
 
@@ -109,7 +110,8 @@ def _dry_run(lab, opts, train_pos, task, bank_used, top_n) -> dict:
     calls measure (``speed``), and ``notes`` (e.g. that MetricBank is not a candidate)."""
     if opts.judge_specs:  # given judges: no generation, that many candidates
         n = len(opts.judge_specs)
-        opts = dataclasses.replace(opts, counts=dataclasses.replace(opts.counts, n_single=n, n_rubric=0, n_example=0, n_optimized=0))
+        opts = dataclasses.replace(opts, counts=dataclasses.replace(opts.counts, n_single=n, n_rubric=0, n_example=0,
+                                                                    n_optimized=0, n_code=0))
     plan = estimate_plan(len(lab), len(train_pos), _case_chars(lab), opts, bank_used=bank_used, top_n=top_n)
     if opts.warmup:
         _gen, judge = _clients(opts)
@@ -124,18 +126,19 @@ def _dry_run(lab, opts, train_pos, task, bank_used, top_n) -> dict:
     return plan
 
 
-def _llm_free(lab, target, common, progress: bool = False) -> tuple:
-    """The floor: every MetricBank metric the data can feed, fitted like ``fit`` without --llm."""
-    from autometrics.metricbank import default_metrics
+def _llm_free(lab, target, common, progress: bool = False, k: int = 8, dense: bool = True) -> tuple:
+    """The floor: the MetricBank metrics the retrieval policy scores (every cheap one, the
+    expensive ones by measured signal), fitted like ``fit`` without --llm."""
+    from autometrics.evaluators.judges.retrieve import score_bank
 
-    unavailable: dict[str, str] = {}
-    bank = default_metrics(with_reference=lab.has_references, with_input=lab.has_input, unavailable=unavailable)
-    feats = score_metrics(bank, lab.outputs, lab.inputs if lab.has_input else None, lab.references, progress=progress)
+    feats, bank, unavailable, plan = score_bank(lab, target, common["task"], test_size=common["test_size"],
+                                                seed=common["seed"], k=k, progress=progress, dense=dense)
     try:
         free = fit_on_features(lab, target, feats, unavailable=unavailable, **common)
     except (DataError, ValueError) as exc:
-        return None, feats, bank, f"no LLM-free evaluator to compare with ({exc})"
-    return free, feats, bank, None
+        return None, feats, plan, f"no LLM-free evaluator to compare with ({exc})"
+    free.evaluator.artifact["retrieval"] = json_safe(plan.to_dict())
+    return free, feats, plan, None
 
 
 def fit_with_judges(ds, target: str, opts: LLMOptions, *, task: str | None = None, test_size: float = 0.3, seed: int = 0,
@@ -157,15 +160,16 @@ def fit_with_judges(ds, target: str, opts: LLMOptions, *, task: str | None = Non
         client.check_reachable()  # a down endpoint: a clear error now, not minutes of retries
     common = {"task": task, "test_size": test_size, "seed": seed, "top_n": top_n, "n_boot": n_boot, "regression": regression}
     # the floor first (CPU only), so a budget plan knows the time that is left for the LLM
-    free, (Xb, meta_b, notes_b), bank, why_no_free = (None, (pd.DataFrame(index=range(len(lab))), {}, []), [], None)
+    free, (Xb, meta_b, notes_b), retrieval, why_no_free = (None, (pd.DataFrame(index=range(len(lab))), {}, []), None, None)
     if opts.use_bank != "never":
-        free, (Xb, meta_b, notes_b), bank, why_no_free = _llm_free(lab, target, common, progress)
+        free, (Xb, meta_b, notes_b), retrieval, why_no_free = _llm_free(lab, target, common, progress, opts.retrieve_k,
+                                                                        opts.dense)
         if why_no_free:
             notes.append(why_no_free)
     counts, clip, budget, plan = opts.counts, opts.clip_chars, None, None
     given = [s if isinstance(s, JudgeSpec) else JudgeSpec.from_dict(s) for s in opts.judge_specs or []]
     if given:  # planned as that many candidates; a plan may keep only the first ones
-        counts = dataclasses.replace(counts, n_single=len(given), n_rubric=0, n_example=0, n_optimized=0)
+        counts = dataclasses.replace(counts, n_single=len(given), n_rubric=0, n_example=0, n_optimized=0, n_code=0)
     if opts.budget_seconds or opts.max_judge_tokens:
         budget = Budget(seconds=opts.budget_seconds, tokens=opts.max_judge_tokens, usage=gen.usage, started=started)
         budget.speed = measure_speed(judge, _warmup_messages(lab, task))
@@ -173,7 +177,7 @@ def fit_with_judges(ds, target: str, opts: LLMOptions, *, task: str | None = Non
             notes.append("the warm-up call failed: the budget is enforced while scoring but not planned")
         plan = plan_fit(budget, budget.speed, n_lab=len(lab), test_size=test_size, case_chars=_case_chars(lab), counts=counts,
                         top_n=top_n, screening=opts.screening if opts.screen else None, rationales=opts.rationales,
-                        bank_used=bank_used, retrieve_k=opts.retrieve_k, rerank=opts.rerank,
+                        bank_used=bank_used,
                         local=judge.config.is_local, clip_chars=clip, generate=not given)
         for line in plan.lines():
             say(line)
@@ -221,26 +225,16 @@ def fit_with_judges(ds, target: str, opts: LLMOptions, *, task: str | None = Non
             j.client = judge
         say(f"{len(judges)} generated judges: " + ", ".join(j.name for j in judges))
 
-        # ---------------------------------------------------------------- retrieve
-        retrieval, retrieved = None, judges
-        base_cols = []
+        # ------------------------------------------- the candidates: judges and the other sources
+        # MetricBank's metrics were chosen by the retrieval policy (score_bank); the judges and the
+        # other candidates are not ranked by cards: each is screened by what it adds
+        base_cols = list(Xb.columns) if bank_used else []
         if bank_used:
-            from autometrics.evaluators.judges.retrieve import Document, bank_documents, retrieve
-
-            docs = bank_documents([m.name for m in bank]) + [Document(j.name, j.spec.card(), generated=True) for j in judges]
-            retrieval = retrieve(task, target, docs, k=opts.retrieve_k, rerank_client=judge if opts.rerank else None,
-                                 dense=opts.dense)
-            notes += retrieval.notes
-            keep = set(retrieval.names)
-            base_cols = [c for c in Xb.columns if meta_b[c]["metric"]["name"] in keep]
-            retrieved = [j for j in judges if j.name in keep]
-            say(f"retrieved {len(base_cols)} MetricBank features and {len(retrieved)} judges (k={opts.retrieve_k})")
-
-        # ---------------------------------------------------------------- screen
-        cands = [JudgeCandidate(j, outputs, inputs) for j in retrieved]
+            say(f"{len(base_cols)} MetricBank features are the base the candidates must add to")
+        cands = [JudgeCandidate(j, outputs, inputs) for j in judges]
         ctx = CandidateContext(task, target, list(outputs), list(inputs), lab.references, y, train_pos, groups, gen, judge,
-                               seed, echo)
-        for source in opts.candidate_sources:
+                               seed, echo, axes=[s.criterion for s in specs if s.kind == "single"])
+        for source in _sources(opts, counts, given):
             try:
                 cands += list(source(ctx))
             except Exception as exc:  # a broken source must not sink the fit
@@ -278,10 +272,8 @@ def fit_with_judges(ds, target: str, opts: LLMOptions, *, task: str | None = Non
         say(("returned the evaluator with judges: " if returned is result else "returned the LLM-free evaluator: ") + why)
         a = returned.evaluator.artifact
         weights = {f["feature"]: f["weight"] for f in (result.evaluator.features if result else [])}
-        fates = art.candidate_fates(cands + [JudgeCandidate(j, [], []) for j in judges if j not in retrieved], outcome,
-                                    result.candidates if result else None, weights,
-                                    returned="with-judges" if returned is result else "llm-free", floor_why=why,
-                                    not_retrieved={j.name for j in judges if j not in retrieved})
+        fates = art.candidate_fates(cands, outcome, result.candidates if result else None, weights,
+                                    returned="with-judges" if returned is result else "llm-free", floor_why=why)
         by_name = {f["feature"]: f for f in fates}
         selected = {f["feature"] for f in a["features"]}
         allow = (lambda: budget.check() is None) if budget is not None else (lambda: True)
@@ -313,7 +305,8 @@ def fit_with_judges(ds, target: str, opts: LLMOptions, *, task: str | None = Non
                     "multi_vs_single": multi, "scoring_prefix_cache": prefix_cache,
                     "seconds": round(time.perf_counter() - started, 1)}
         a["generated"] = generated
-        a["retrieval"] = retrieval.to_dict() if retrieval else None
+        a["retrieval"] = json_safe(retrieval.to_dict()) if retrieval is not None and bank_used else None
+        a["code_metrics"], a["candidate_cards"] = art.other_candidates(cands, selected, by_name)
         usage = a["llm"]["usage"]["total"]
         if usage["failures"] or usage["parse_failures"]:
             a["warnings"].append(f"LLM: {usage['failures']} failed requests and {usage['parse_failures']} unparseable replies "
@@ -392,7 +385,9 @@ def _return_free(free, lab, started, gen, judge, opts, plan, budget, notes, why)
     a["method"]["name"] = "autometrics-full"
     a["method"]["returned"] = "llm-free"
     a["llm"] = {"generator": gen.config.public(), "judge": judge.config.public(), "usage": gen.usage.to_dict(),
-                "candidates": [], "screening": None, "floor": {"returned": "llm-free", "why": why},
+                "candidates": [], "screening": None,
+                "floor": {"returned": "llm-free", "why": why, "llm_free_test": free.evaluator.statistics["test"],
+                          "with_judges_test": None},
                 "budget": {"plan": plan.to_dict() if plan else None, **budget.to_dict()} if budget else None,
                 "seconds": round(time.perf_counter() - started, 1)}
     a["generated"] = []
@@ -400,6 +395,24 @@ def _return_free(free, lab, started, gen, judge, opts, plan, budget, notes, why)
     a["warnings"] += [f"LLM: {n}" for n in notes]
     free.evaluator = Evaluator(json_safe(a))
     return free
+
+
+def _sources(opts: LLMOptions, counts, given: list) -> list:
+    """The candidate sources of this fit: the code metrics (``counts.n_code``; none when the
+    judges are given: nothing is generated then), the nearest-exemplar metric (``opts.exemplar``)
+    and the caller's own (``opts.candidate_sources``)."""
+    from functools import partial
+
+    out = []
+    if counts.n_code and not given:
+        from autometrics.evaluators.judges.code_metric import code_metric_source
+
+        out.append(partial(code_metric_source, n=counts.n_code))
+    if opts.exemplar:
+        from autometrics.evaluators.judges.exemplar import exemplar_source
+
+        out.append(exemplar_source)
+    return out + list(opts.candidate_sources)
 
 
 def _check_reachable_still(gen, judge) -> None:

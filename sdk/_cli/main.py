@@ -9,7 +9,7 @@ Shapes kept stable (scripts depend on them; options may be added):
   autometrics bank list [--unavailable] | autometrics bank show NAME
   autometrics fit ... [--scaling [--scaling-seeds 3]] [--robustness [--robustness-n 40]]   (report analyses; opt-in)
   autometrics fit ... --llm [MODEL] [--judge-llm MODEL] [--n-single N] [--n-rubric N] [--n-example N]
-                  [--n-optimized N] [--retrieve-k 30] [--dry-run]      (full AutoMetrics; opt-in)
+                  [--n-optimized N] [--n-code N] [--dry-run]      (full AutoMetrics; opt-in)
                   [--budget 20m] [--max-judge-tokens N] [--no-screen] [--screen-rows N]; fit ... [--max-rows N]
   autometrics llm install [--model 0.5b|1.5b] | autometrics llm serve [--model] [--port] | autometrics llm status
   autometrics collector serve [--store URL] [--host 127.0.0.1] [--port 4318] [--api-key KEY ...] [--no-auth]
@@ -88,11 +88,16 @@ def _build_parser() -> argparse.ArgumentParser:
     g.add_argument("--n-rubric", type=count(0, 100), default=None, help="rubric judges (paper: 5)")
     g.add_argument("--n-example", type=count(0, 100), default=None, help="example-based judges (paper: 1)")
     g.add_argument("--n-optimized", type=count(0, 100), default=None, help="prompt-optimized (MIPROv2) judges (paper: 1)")
-    g.add_argument("--quick", action="store_true", help="small generator counts (2/1/1/0) for trials and CI")
-    g.add_argument("--retrieve-k", type=count(1), default=30, help="metrics kept after retrieval (default 30)")
+    g.add_argument("--n-code", type=count(0, 100), default=None,
+                   help="code metrics: Python functions the LLM writes, run in a sandbox, screened like judges (default 2)")
+    g.add_argument("--no-exemplar", action="store_true",
+                   help="no nearest-exemplar candidate (similarity-weighted labels of the closest training outputs)")
+    g.add_argument("--quick", action="store_true", help="small generator counts (2/1/1/0, 1 code metric) for trials and CI")
+    g.add_argument("--retrieve-k", type=count(1), default=8,
+                   help="model-based MetricBank metrics scored on every row, chosen by their signal on 32 training rows "
+                        "(default 8; cheap metrics are always scored)")
     g.add_argument("--use-bank", choices=["auto", "always", "never"], default="auto",
                    help="score MetricBank metrics too (auto: only with >= 80 labelled examples, paper section 4.6)")
-    g.add_argument("--no-rerank", action="store_true", help="skip the LLM re-rank of retrieved metrics")
     g.add_argument("--llm-concurrency", type=count(1, 256), default=None, help="requests in flight per model (local default 1)")
     g.add_argument("--llm-timeout", type=positive, default=None, help="per-call timeout in seconds (default 120)")
     g.add_argument("--llm-cache", default=None, help="LLM reply cache (SQLite path; 'off' disables; default in the user data dir)")
@@ -182,10 +187,11 @@ def _llm_options(args):
     base = QUICK_COUNTS if args.quick else PAPER_COUNTS
     counts = type(base)(**{**base.__dict__, **{k: v for k, v in {
         "n_single": args.n_single, "n_rubric": args.n_rubric, "n_example": args.n_example, "n_optimized": args.n_optimized,
+        "n_code": args.n_code,
     }.items() if v is not None}})
     return LLMOptions(
         llm=args.llm, judge_llm=args.judge_llm, counts=counts, retrieve_k=args.retrieve_k, use_bank=args.use_bank,
-        rerank=not args.no_rerank, rationales=args.rationales, compare_multi=args.compare_multi, judge_mode=args.judge_mode,
+        exemplar=not args.no_exemplar, rationales=args.rationales, compare_multi=args.compare_multi, judge_mode=args.judge_mode,
         concurrency=args.llm_concurrency, timeout=args.llm_timeout, cache=args.llm_cache,
         screen=not args.no_screen, screening=ScreeningOptions(first_rows=args.screen_rows), budget_seconds=args.budget,
         max_judge_tokens=args.max_judge_tokens, warmup=args.dry_run,

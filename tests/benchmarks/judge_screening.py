@@ -73,7 +73,7 @@ def run_mode(df, target, task, specs, llm, screen: bool, seed: int, top_n: int):
 
     cache = Path(tempfile.mkdtemp(prefix="autometrics-screen-bench-")) / "llm-cache.sqlite"
     opts = LLMOptions(llm=llm, judge_specs=specs, screen=screen, rationales=0, cache=str(cache), retrieve_k=200,
-                      rerank=False, timeout=600)
+                      exemplar=False, timeout=600)
     t0 = time.perf_counter()
     res = fit_evaluator(df, target, task=task, llm_options=opts, seed=seed, top_n=top_n, n_boot=200)
     wall = time.perf_counter() - t0

@@ -248,7 +248,7 @@ def test_scaling_llm_arms_with_fake_server(tmp_path, monkeypatch):
     df = pd.DataFrame({"id": [f"r{i}" for i in range(40)], "input": [f"question {i}" for i in range(40)],
                        "output": [" ".join(["word"] * int(x)) for x in k], "score": k + rng.normal(0, 0.3, 40)})
     with FakeLLMServer(judge=lambda t: max(1, min(5, len(t.split())))) as srv:
-        opts = LLMOptions(llm=f"openai/fake@{srv.url}", counts=GeneratorCounts(1, 0, 0, 0), rerank=False,
+        opts = LLMOptions(llm=f"openai/fake@{srv.url}", counts=GeneratorCounts(1, 0, 0, 0),
                                   dense=False, rationales=0, cache=str(tmp_path / "llm.sqlite"), retrieve_k=5)
         sc = run_scaling(df, "score", sizes=(10,), seeds=1, metrics=["OutputLength", "BLEU"], llm_options=opts, n_boot=100)
     assert set(sc.table["arm"]) == {"bank", "generated", "generated+bank"}

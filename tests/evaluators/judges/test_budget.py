@@ -65,7 +65,8 @@ def test_a_token_budget_plans_candidates_and_the_fit_stays_within_it(tmp_path):
     assert a["llm"]["budget"]["spent"]["tokens"] <= 20_000
     assert any("budget 20,000 tokens: plan:" in line for line in lines)
     n = plan["counts"]["n_single"]
-    assert 1 <= n < 9 and len(a["llm"]["candidates"]) == n  # fewer candidates than given: the first n
+    judges = [c for c in a["llm"]["candidates"] if c["kind"].startswith("judge")]
+    assert 1 <= n < 9 and len(judges) == n  # fewer candidates than given: the first n
     assert a["llm"]["candidates"][0]["feature"] == "llm.single.faithfulness"
     assert a["method"]["returned"] == "with-judges"
 
@@ -147,7 +148,12 @@ def test_cli_fit_says_where_the_tokens_went(tmp_path, capsys, monkeypatch):
     assert "note: MetricBank metrics are not candidates" in out and "measured speed:" in out and "budget 10.0 min: plan:" in out
     cand = [line for line in out.splitlines() if line.startswith("[score] candidate ")]
     a = json.loads((tmp_path / "run" / "evaluator.json").read_text())
-    assert len(cand) == len(a["llm"]["candidates"]) == len(a["generated"]) >= 2
+    judges = [c for c in a["llm"]["candidates"] if c["kind"].startswith("judge")]
+    assert len(cand) == len(a["llm"]["candidates"]) and len(judges) == len(a["generated"]) >= 2
+    kinds = {c["kind"] for c in a["llm"]["candidates"]}
+    assert {"code", "exemplar"} <= kinds  # --quick writes one code metric; the exemplar candidate is on by default
+    code = a["code_metrics"]
+    assert len(code) == 1 and code[0]["feature"] in {c["feature"] for c in a["llm"]["candidates"] if c["kind"] == "code"}
     assert all(re.search(r" — .+ \[[\d,]+ tokens", line) for line in cand), cand
     assert any(line.startswith("[score] returned the ") for line in out.splitlines())
     assert a["dataset"]["n_labelled"] == 68

@@ -73,17 +73,23 @@ def test_full_fit_with_faults_generated_only(fake, env):
 
 
 def test_retrieval_with_bank_and_dry_run(fake, env):
+    """With MetricBank in, every cheap metric is scored (retrieval cannot drop them), no LLM call
+    goes to retrieval, and the generated judge is screened against all of them."""
     with fake(judge=_judge) as srv:
         counts = GeneratorCounts(n_single=1, n_rubric=0, n_example=0, n_optimized=0)
-        opts = LLMOptions(llm=f"openai/fake@{srv.url}", counts=counts, use_bank="always", retrieve_k=6, rerank=True,
-                                  dense=False)
+        opts = LLMOptions(llm=f"openai/fake@{srv.url}", counts=counts, use_bank="always", retrieve_k=6, dense=False,
+                          exemplar=False)
         plan = fit_evaluator(_data(), "score", llm_options=opts, dry_run=True)
         assert plan["score"]["calls"] == 40 and plan["total"]["calls"] > 40 and not srv.requests
+        assert "retrieve:rerank" not in plan and plan["generate:code"]["calls"] == 0
         res = fit_evaluator(_data(), "score", task="Answer briefly", llm_options=opts, n_boot=50)
         a = res.evaluator.artifact
-        assert a["method"]["bank_used"] and a["retrieval"]["reranked"]
-        assert len(a["retrieval"]["names"]) == 6
-        assert a["llm"]["usage"]["retrieve:rerank"]["requests"] >= 6
+        ret = a["retrieval"]
+        assert a["method"]["bank_used"] and ret["policy"].startswith("cheap metrics always")
+        assert ret["always"] and all(c["fate"] == "always" for c in ret["candidates"])
+        assert a["llm"]["screening"]["base"]["features"]
+        assert not any(k.startswith("retrieve") for k in a["llm"]["usage"])
+        assert [c["feature"] for c in a["llm"]["candidates"]] == [g["feature"] for g in a["generated"]]
 
 
 def _fingerprint(artifact: dict) -> dict:

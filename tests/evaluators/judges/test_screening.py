@@ -65,7 +65,7 @@ def _judge_tokens(a: dict) -> int:
 
 def _fit(srv, df, tmp_path, name, **over):
     opts = LLMOptions(llm=f"openai/fake@{srv.url}", judge_specs=over.pop("judge_specs", specs()), rationales=0,
-                      cache=str(tmp_path / f"{name}.sqlite"), backoff=0.01, **over)
+                      cache=str(tmp_path / f"{name}.sqlite"), backoff=0.01, **{"exemplar": False, **over})
     return fit_evaluator(df, "score", task=TASK, llm_options=opts, n_boot=50).evaluator.artifact
 
 
@@ -155,7 +155,7 @@ def test_bank_metrics_are_the_base_a_judge_must_add_to(tmp_path):
     """With MetricBank in (>= 80 rows), a judge's screening figure is what it adds to them."""
     df = grouped_data(n_inputs=24, seed=4)
     with ScriptedJudgeServer(signal_script(df)) as srv:
-        a = _fit(srv, df, tmp_path, "bank", judge_specs=specs(n_noise=3), use_bank="always", retrieve_k=200, rerank=False,
+        a = _fit(srv, df, tmp_path, "bank", judge_specs=specs(n_noise=3), use_bank="always", retrieve_k=200,
                  dense=False)
     assert a["method"]["bank_used"] and a["llm"]["screening"]["base"]["features"]
     fates = {c["feature"]: c for c in a["llm"]["candidates"]}
