@@ -48,6 +48,8 @@ MIN_LABELLED = 10
 #: labels beyond this magnitude are refused: no human judgment is that large, and squares of values near
 #: 1e154 overflow float64 (the regression then fails with "A has a NaN entry")
 MAX_LABEL_MAGNITUDE = 1e12
+#: frame column of a subset whose train/test split is fixed (:meth:`Dataset.with_split`)
+FIXED_SPLIT = "__autometrics_split__"
 
 # Binary vocabularies (lower-cased, stripped).  1 = the positive judgment.
 _POSITIVE = {"true", "yes", "y", "pass", "passed", "good", "up", "thumbs up", "thumbs_up", "thumbsup", "👍", "+1", "positive", "accept", "accepted", "correct"}
@@ -289,9 +291,13 @@ class Dataset:
 
     def split_positions(self, test_size: float = 0.3, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
         """Train/test positions grouped by ``group`` (by default the input): the same input is
-        never on both sides.  Seeded and deterministic."""
+        never on both sides.  Seeded and deterministic.  A subset made by :meth:`with_split`
+        keeps the split it was given (``test_size`` and ``seed`` are then not used)."""
         if not 0 < test_size < 1:
             raise DataError(f"test_size must be between 0 and 1 (exclusive), got {test_size}")
+        if FIXED_SPLIT in self.frame.columns:
+            is_test = self.frame[FIXED_SPLIT].to_numpy(dtype=bool)
+            return np.flatnonzero(~is_test), np.flatnonzero(is_test)
         from sklearn.model_selection import GroupShuffleSplit
 
         groups = self.frame["group"].astype(str).to_numpy()
@@ -303,6 +309,16 @@ class Dataset:
         splitter = GroupShuffleSplit(n_splits=1, test_size=test_size, random_state=seed)
         train, test = next(splitter.split(np.zeros(len(groups)), groups=groups))
         return np.sort(train), np.sort(test)
+
+    def with_split(self, train_pos, test_pos) -> Dataset:
+        """The rows at ``train_pos`` and ``test_pos`` (of this dataset), with that split fixed:
+        e.g. a budget plan that scores judges on fewer training rows keeps every held-out row, so
+        the evaluator with judges and the LLM-free one are validated on the same rows."""
+        train_pos, test_pos = np.asarray(train_pos, dtype=int), np.asarray(test_pos, dtype=int)
+        pos = np.concatenate([train_pos, test_pos])
+        sub = self.subset(pos)
+        sub.frame[FIXED_SPLIT] = np.r_[np.zeros(len(train_pos), dtype=bool), np.ones(len(test_pos), dtype=bool)]
+        return sub
 
     def split(self, test_size: float = 0.3, seed: int = 0) -> tuple[Dataset, Dataset]:
         train, test = self.split_positions(test_size, seed)

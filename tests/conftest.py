@@ -113,3 +113,20 @@ def collector(tmp_path):
     srv = CollectorServer(f"sqlite:///{tmp_path / 'collector.db'}", port=0, api_keys=["test-key"], langfuse="off").start()
     yield srv
     srv.stop()
+
+
+@pytest.fixture(scope="module")
+def local_server():
+    """The embedded 0.5B llama.cpp server the real-LLM tests share (one per module): the server a
+    ``local:0.5b`` fit uses.  Skipped, with the reason, without llama-cpp-python or the model;
+    checked to stop cleanly."""
+    from autometrics.evaluators.llm import local as local_llm
+
+    if not local_llm.llama_cpp_available():
+        pytest.skip('llama-cpp-python[server] is not installed (pip install ".[llm]")')
+    if local_llm.model_path("0.5b") is None:
+        pytest.skip("the 0.5B model is not installed (autometrics llm install --model 0.5b)")
+    srv = local_llm.shared_server("0.5b")
+    yield srv
+    local_llm.stop_shared_servers()
+    assert srv.proc is None  # stopped cleanly

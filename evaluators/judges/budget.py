@@ -198,6 +198,9 @@ def estimate_seconds(stages: dict, speed: Speed) -> dict:
 
 # ------------------------------------------------------------------------------ plan
 
+#: a budget plan never scores judges on fewer training rows than this
+MIN_TRAIN_ROWS = 16
+
 
 @dataclass
 class Plan:
@@ -280,20 +283,25 @@ def plan_fit(budget: Budget, speed: Speed | None, *, n_lab: int, test_size: floa
              margin: float = 0.85, generate: bool = True) -> Plan:
     """The largest plan whose estimate fits ``margin`` of what the budget has left.  What is given
     up first: clipping long examples (1500, 800, 400 characters of input and of output), then
-    candidates (:func:`_count_steps`), then rows (whole groups, down to ``min_rows``)."""
+    candidates (:func:`_count_steps`), then training rows (whole groups, down to ``min_rows``
+    labelled rows in all).  Held-out rows are never cut: the evaluator with judges is validated
+    on the same rows as the LLM-free one, which keeps every row."""
     from autometrics.evaluators.llm.client import estimate_tokens
 
     secs_left, toks_left = budget.left()
     secs_ok, toks_ok = secs_left * margin, toks_left * margin
-    row_steps = [n_lab]
-    while int(row_steps[-1] * 0.75) >= min_rows:
-        row_steps.append(int(row_steps[-1] * 0.75))
+    n_test = max(1, round(n_lab * test_size))
+    row_steps = [n_lab]  # labelled rows: every held-out row, fewer and fewer training rows
+    while True:
+        nxt = n_test + int((row_steps[-1] - n_test) * 0.75)
+        if nxt < min_rows or nxt - n_test < MIN_TRAIN_ROWS or nxt >= row_steps[-1]:
+            break
+        row_steps.append(nxt)
     clip_steps = [c for c in CLIP_STEPS if c is None or c * 2 < case_chars]
     if clip_chars:
         clip_steps = [clip_chars] + [c for c in clip_steps if c and c < clip_chars]
 
     def estimate(k: GeneratorCounts, clip, rows: int):
-        n_test = max(1, round(rows * test_size))
         case = estimate_tokens("x" * int(min(case_chars, 2 * clip) if clip else case_chars))
         stages = stage_estimates(k, rows - n_test, n_test, case, top_n=top_n, screening=screening, rationales=rationales,
                                  bank_used=bank_used, local=local, generate=generate)
@@ -308,11 +316,11 @@ def plan_fit(budget: Budget, speed: Speed | None, *, n_lab: int, test_size: floa
                 stages, tokens, seconds = estimate(k, clip, rows)
                 best = (k, clip, rows, stages, tokens, seconds)
                 if tokens <= toks_ok and seconds <= secs_ok:
-                    return _plan(best, n_lab, True, counts, speed, budget, case_chars)
-    return _plan(best, n_lab, False, counts, speed, budget, case_chars)
+                    return _plan(best, n_lab, n_test, True, counts, speed, budget, case_chars)
+    return _plan(best, n_lab, n_test, False, counts, speed, budget, case_chars)
 
 
-def _plan(best, n_lab, fits, wanted: GeneratorCounts, speed, budget: Budget, case_chars: float) -> Plan:
+def _plan(best, n_lab, n_test, fits, wanted: GeneratorCounts, speed, budget: Budget, case_chars: float) -> Plan:
     k, clip, rows, stages, tokens, seconds = best
     notes = []
     if clip:
@@ -325,7 +333,8 @@ def _plan(best, n_lab, fits, wanted: GeneratorCounts, speed, budget: Budget, cas
         notes.append(f"{n_have} of the {n_want} requested candidate judges"
                      + (" (no prompt-optimized judge)" if wanted.n_optimized and not k.n_optimized else ""))
     if rows < n_lab:
-        notes.append(f"a seeded sample of {rows} of {n_lab} labelled rows (whole groups)")
+        notes.append(f"judges score a seeded sample of {rows - n_test} of the {n_lab - n_test} training rows (whole "
+                     f"groups) and all {n_test} held-out rows; the LLM-free evaluator keeps every row")
     if not fits:
         notes.append("even this plan does not fit: the LLM-free evaluator is returned without LLM work")
     return Plan(k, clip, rows if rows < n_lab else None, n_lab, seconds, int(tokens), fits, stages, notes, speed,

@@ -182,12 +182,11 @@ def fit_with_judges(ds, target: str, opts: LLMOptions, *, task: str | None = Non
         for line in plan.lines():
             say(line)
         counts, clip = plan.counts, plan.clip_chars
-        if plan.rows:  # fewer rows: the same rows for the floor, refitted on them (their metric values are kept)
-            pos = sample_groups(lab.frame["group"].to_numpy(), plan.rows, seed)
-            lab, Xb = lab.subset(pos), Xb.iloc[pos].reset_index(drop=True)
+        if plan.rows:  # judges on fewer training rows; every held-out row stays, and the floor keeps every row
+            tr_full, te_full = lab.split_positions(test_size, seed)
+            keep = tr_full[sample_groups(lab.frame["group"].to_numpy()[tr_full], plan.rows - len(te_full), seed)]
+            lab, Xb = lab.with_split(keep, te_full), Xb.iloc[np.r_[keep, te_full]].reset_index(drop=True)
             bank_used = _bank_used(opts, len(lab))
-            if free is not None:
-                free = fit_on_features(lab, target, (Xb, meta_b, notes_b), **common)
     if not bank_used:
         note = _bank_note(opts, len(lab))
         say(f"note: {note}")
@@ -233,7 +232,7 @@ def fit_with_judges(ds, target: str, opts: LLMOptions, *, task: str | None = Non
             say(f"{len(base_cols)} MetricBank features are the base the candidates must add to")
         cands = [JudgeCandidate(j, outputs, inputs) for j in judges]
         ctx = CandidateContext(task, target, list(outputs), list(inputs), lab.references, y, train_pos, groups, gen, judge,
-                               seed, echo, axes=[s.criterion for s in specs if s.kind == "single"])
+                               seed, say, axes=[s.criterion for s in specs if s.kind == "single"])
         for source in _sources(opts, counts, given):
             try:
                 cands += list(source(ctx))

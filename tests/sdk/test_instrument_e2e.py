@@ -16,23 +16,10 @@ import pytest
 from waiting import stored_spans
 
 pytestmark = pytest.mark.slow
+pytest.importorskip("opentelemetry.sdk", reason="needs the `observe` extra")
 
 SYSTEM = "You are a terse assistant. Answer with one short sentence."
 QUESTION = "What colour is the sky on a clear day?"
-
-
-@pytest.fixture(scope="module")
-def local_server():
-    pytest.importorskip("opentelemetry.sdk", reason="needs the `observe` extra")
-    from autometrics.evaluators.llm import local as local_llm
-
-    if not local_llm.llama_cpp_available():
-        pytest.skip('llama-cpp-python[server] is not installed (pip install ".[llm]")')
-    if local_llm.model_path("0.5b") is None:
-        pytest.skip("the 0.5B model is not installed (autometrics llm install --model 0.5b)")
-    srv = local_llm.shared_server("0.5b")
-    yield srv
-    local_llm.stop_shared_servers()
 
 
 @pytest.fixture

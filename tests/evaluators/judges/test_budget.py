@@ -46,6 +46,8 @@ def test_a_plan_clips_long_examples_first_then_drops_candidates_then_rows():
     assert clipped.fits and clipped.clip_chars and clipped.n_candidates == roomy.n_candidates and clipped.rows is None
     assert fewer.fits and fewer.clip_chars and fewer.n_candidates < roomy.n_candidates and fewer.counts.n_optimized == 0
     assert smaller.fits and smaller.n_candidates == 1 and smaller.rows and smaller.rows < 200
+    assert any("and all 60 held-out rows" in n for n in smaller.notes)  # only training rows are cut
+    assert _plan(1.0, n_lab=1000).rows >= 300 + 16  # ends: every held-out row, at least 16 training rows
     assert not hopeless.fits and any("LLM-free" in n for n in hopeless.notes)
     for p in (clipped, fewer, smaller):
         assert p.seconds <= 0.85 * p.budget["seconds"]
@@ -86,6 +88,29 @@ def test_a_budget_spent_while_scoring_stops_and_returns_the_llm_free_evaluator(t
     assert {c["fate"] for c in a["llm"]["candidates"]} == {"budget"}
     assert a["llm"]["budget"]["spent"]["tokens"] <= 15_000 and asked < 4 * 16
     assert any("the judges added nothing" in w for w in a["warnings"])
+
+
+def test_a_row_cut_keeps_every_held_out_row_and_the_llm_free_floor_on_all_rows(tmp_path):
+    """A budget that only fits with fewer rows: the judges score fewer training rows, but the
+    held-out rows are the same for both evaluators and the LLM-free one is fitted on every row, so
+    the budget can never make the returned evaluator worse than a fit without --llm."""
+    df = grouped_data(n_inputs=40, seed=11)
+    plain = fit_evaluator(df, "score", task=TASK, n_boot=50).evaluator.artifact
+    with ScriptedJudgeServer(signal_script(df)) as srv:
+        opts = LLMOptions(llm=f"openai/fake@{srv.url}", judge_specs=specs(n_noise=2), rationales=0, backoff=0.01,
+                          cache=str(tmp_path / "c.sqlite"), max_judge_tokens=12_000, exemplar=False)
+        a = fit_evaluator(df, "score", task=TASK, llm_options=opts, n_boot=50).evaluator.artifact
+    plan = a["llm"]["budget"]["plan"]
+    assert plan["fits"] and plan["rows"] and plan["rows"] < 160, plan
+    floor = a["llm"]["floor"]
+    assert floor["llm_free_test"]["n"] == plain["statistics"]["test"]["n"] == 48
+    assert floor["llm_free_test"]["tau"] == plain["statistics"]["test"]["tau"]  # the floor is the fit without --llm
+    if floor["with_judges_test"] is not None:
+        assert floor["with_judges_test"]["n"] == 48  # validated on the same held-out rows
+    if a["method"]["returned"] == "llm-free":
+        assert a["dataset"]["n_labelled"] == 160
+    else:
+        assert a["dataset"]["n_labelled"] < 160 and a["statistics"]["test"]["n"] == 48  # about plan["rows"]: whole groups
 
 
 def test_a_budget_too_small_for_any_plan_does_no_llm_work(tmp_path):
