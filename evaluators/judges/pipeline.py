@@ -240,13 +240,11 @@ def fit_with_judges(ds, target: str, opts: LLMOptions, *, task: str | None = Non
                 log.warning("candidate source %r failed: %s", source, exc, exc_info=True)
                 notes.append(f"candidate source {getattr(source, '__name__', source)!r} failed: {type(exc).__name__}: {exc}")
         base = Xb[base_cols].to_numpy(dtype=float) if base_cols else None
+        # with screening, what the held-out scoring of the selected candidates will cost is kept back
         screener = Screener(y, groups, train_pos, base_pred=base_predictions(base, y, groups, train_pos, top_n=top_n),
-                            opts=opts.screening, budget=budget, seed=seed, echo=say)
+                            opts=opts.screening, budget=budget, seed=seed, echo=say, top_n=top_n,
+                            reserve_rows=len(test_pos) if opts.screen else 0)
         before = art.scoring_counters(judge)
-        if budget is not None and opts.screen and cands:
-            k = min(top_n, len(cands))  # kept back for scoring the selected candidates on the held-out rows
-            budget.reserve_tokens = k * len(test_pos) * float(np.mean([c.cost_per_row for c in cands]))
-            budget.reserve_seconds = budget.speed.seconds(budget.reserve_tokens, k * len(test_pos)) if budget.speed else 0.0
         say(f"scoring {len(cands)} candidates " + (f"(screened; first on a subset of the {len(train_pos)} training rows)"
                                                   if opts.screen else f"on all {n_lab} rows (no screening)") + " ...")
         outcome = screener.run(cands) if opts.screen else screener.run_all(cands, np.arange(n_lab))
@@ -336,6 +334,7 @@ def _fit_with_candidates(lab, target, X, meta, notes_b, outcome, screener, test_
         if screened and outcome.finalists:
             first = fit_on_features(lab, target, feats, **{**common, "n_boot": 0})
             chosen = {f["feature"] for f in first.evaluator.features}
+            screener.reserve_rows = 0
             if budget is not None:
                 budget.reserve_tokens = budget.reserve_seconds = 0.0
             stopped = screener.score([c for c in outcome.finalists if c.name in chosen], test_pos) or stopped

@@ -231,7 +231,7 @@ class Screener:
     ``check(upcoming_tokens=...) -> reason | None`` (:class:`~.budget.Budget`)."""
 
     def __init__(self, y, groups, train_pos, *, base_pred=None, opts: ScreeningOptions | None = None, budget=None,
-                 seed: int = 0, echo: Callable = lambda *a, **k: None):
+                 seed: int = 0, echo: Callable = lambda *a, **k: None, reserve_rows: int = 0, top_n: int = 5):
         self.y = np.asarray(y, dtype=float)
         self.groups = np.asarray(groups).astype(str)
         self.train_pos = np.sort(np.asarray(train_pos, dtype=int))
@@ -243,11 +243,28 @@ class Screener:
         self.values: dict[str, np.ndarray] = {}  # name -> values over the labelled rows (NaN: not scored)
         self.figures: dict[str, list[dict]] = {}
         self._done: dict[str, set[int]] = {}  # name -> rows already asked
+        self.reserve_rows = int(reserve_rows)  # held-out rows the selected candidates will be scored on
+        self.top_n = int(top_n)
+        self.shed: dict[str, str] = {}  # candidates dropped because the budget cannot pay for them -> why
 
-    def score(self, candidates: list[Candidate], positions) -> str | None:
+    def _check(self, live: list[Candidate], rows: int) -> str | None:
+        """The budget's verdict on asking ``live`` about ``rows`` more rows, keeping back what the
+        held-out scoring of the costliest ``top_n`` of them would take (when ``reserve_rows``)."""
+        costs = sorted((c.cost_per_row for c in live if c.cost_per_row > 0), reverse=True)
+        if self.reserve_rows:
+            b = self.budget
+            b.reserve_tokens = self.reserve_rows * sum(costs[: self.top_n])
+            speed = getattr(b, "speed", None)
+            b.reserve_seconds = speed.seconds(b.reserve_tokens, self.reserve_rows * len(costs[: self.top_n])) if speed else 0.0
+        return self.budget.check(upcoming_tokens=sum(costs) * rows)
+
+    def score(self, candidates: list[Candidate], positions, *, shed: bool = False) -> str | None:
         """Score ``candidates`` on ``positions`` (rows a candidate already scored are skipped), a
         chunk of rows at a time with every candidate asked about a row before the next row; the
-        budget is checked before each chunk.  Returns its stop reason when it ran out."""
+        budget is checked before each chunk.  Returns its stop reason when it ran out.  With
+        ``shed`` (screening rounds) the budget first drops the costliest candidates, one at a time
+        (recorded in ``self.shed``), and candidates that cost no tokens always go on; it stops only
+        when none is left."""
         positions = np.asarray(positions, dtype=int)
         done = {c.name: self._done.setdefault(c.name, set()) for c in candidates}
         for c in candidates:
@@ -256,9 +273,21 @@ class Screener:
         step = max(1, int(self.opts.chunk_rows))
         for start in range(0, len(todo), step):
             chunk = np.array(todo[start:start + step], dtype=int)
-            live = [c for c in candidates if c.error is None]
+            live = [c for c in candidates if c.error is None and c.name not in self.shed]
             if self.budget is not None:
-                reason = self.budget.check(upcoming_tokens=sum(c.cost_per_row for c in live) * len(chunk))
+                reason = self._check(live, len(chunk))
+                while reason and shed and any(c.cost_per_row > 0 for c in live):
+                    worst = max((c for c in live if c.cost_per_row > 0), key=lambda c: c.cost_per_row)
+                    secs, toks = self.budget.left()
+                    left = " and ".join(x for x in (f"{toks:,.0f} tokens" if math.isfinite(toks) else "",
+                                                    f"{secs:,.0f} s" if math.isfinite(secs) else "") if x)
+                    self.shed[worst.name] = (f"the budget left ({left}) cannot pay for its next rows and its held-out "
+                                             "scoring next to the other candidates")
+                    live.remove(worst)
+                    self.echo(f"budget: {worst.name} dropped ({worst.cost_per_row:,.0f} tokens per row): {self.shed[worst.name]}")
+                    if not live:  # every candidate was dropped: the budget stopped screening
+                        return reason
+                    reason = self._check(live, len(chunk))
                 if reason:
                     return reason
             by_class: dict[type, list[Candidate]] = {}
@@ -307,7 +336,11 @@ class Screener:
             rows = self.train_pos if last else _prefix(ordered, n)
             if not alive:
                 break
-            stopped = self.score(alive, rows)
+            stopped = self.score(alive, rows, shed=True)
+            for c in [c for c in alive if c.name in self.shed]:
+                fates[c.name] = {"fate": "budget", "detail": f"dropped in round {r + 1} ({len(rows)} rows) as the costliest "
+                                                             f"candidate left: {self.shed[c.name]}"}
+            alive = [c for c in alive if c.name not in self.shed]
             if stopped:
                 for c in alive:
                     fates[c.name] = {"fate": "budget", "detail": f"not scored further: {stopped} (round {r + 1}, {len(rows)} rows)"}

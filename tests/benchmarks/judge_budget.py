@@ -69,7 +69,8 @@ def one_run(name: str, seed: int, *, model: str, budget: float, rows: int | None
             "tokens": usage["prompt_tokens"] + usage["completion_tokens"], "calls": usage.get("requests"),
             "wall_seconds": round(wall, 1), "plan": (a["llm"].get("budget") or {}).get("plan"),
             "budget_spent": (a["llm"].get("budget") or {}).get("spent"),
-            "candidates": [{k: c.get(k) for k in ("feature", "kind", "fate", "gain", "tau", "tokens", "weight")}
+            "candidates": [{k: c.get(k) for k in ("feature", "kind", "fate", "detail", "gain", "tau", "tokens", "weight",
+                                                   "screening")}
                            for c in a["llm"]["candidates"]],
             "features": [f["feature"] for f in a["features"]], "log": lines[-40:]}
 

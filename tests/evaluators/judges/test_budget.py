@@ -9,10 +9,13 @@ import json
 import re
 
 import numpy as np
+import pandas as pd
 import pytest
 from autometrics.evaluators.fit import fit_evaluator, sample_rows
 from autometrics.evaluators.judges.budget import Budget, Speed, parse_duration, plan_fit
 from autometrics.evaluators.judges.options import PAPER_COUNTS, QUICK_COUNTS, LLMOptions, ScreeningOptions
+from autometrics.evaluators.judges.screening import FunctionCandidate
+from autometrics.metricbank import Metric
 from scripted_judge_server import ScriptedJudgeServer
 from test_screening import TASK, grouped_data, signal_script, specs
 
@@ -80,7 +83,7 @@ def test_a_budget_spent_while_scoring_stops_and_returns_the_llm_free_evaluator(t
     long = [dataclasses.replace(s, instructions="Read the answer slowly and completely. " * 60) for s in specs(n_noise=3)]
     with ScriptedJudgeServer(signal_script(df)) as srv:
         opts = LLMOptions(llm=f"openai/fake@{srv.url}", judge_specs=long, rationales=0, backoff=0.01,
-                          cache=str(tmp_path / "c.sqlite"), max_judge_tokens=15_000)
+                          cache=str(tmp_path / "c.sqlite"), max_judge_tokens=15_000, exemplar=False)
         a = fit_evaluator(df, "score", task=TASK, llm_options=opts, n_boot=50).evaluator.artifact
         asked = len(srv.judge_requests)
     assert a["llm"]["screening"]["stopped"] and "15,000-token budget is spent" in a["llm"]["screening"]["stopped"]
@@ -88,6 +91,43 @@ def test_a_budget_spent_while_scoring_stops_and_returns_the_llm_free_evaluator(t
     assert {c["fate"] for c in a["llm"]["candidates"]} == {"budget"}
     assert a["llm"]["budget"]["spent"]["tokens"] <= 15_000 and asked < 4 * 16
     assert any("the judges added nothing" in w for w in a["warnings"])
+
+
+class _Named(Metric):
+    """What the artifact stores for a test candidate (never run on new data here)."""
+
+    def __init__(self, name: str):
+        super().__init__()
+        self.name = name
+
+    def _compute(self, outputs, inputs, references):
+        return np.zeros(len(outputs))
+
+
+def test_the_budget_drops_the_costliest_candidates_first_and_free_ones_always_go_on(tmp_path):
+    """A judge with long instructions costs many times what the others do: when the budget cannot
+    pay for every candidate, it is dropped (fate "budget", said in the output) and screening goes on
+    with the rest; a candidate that costs no tokens is always screened."""
+    df = grouped_data(seed=12)
+    costly = dataclasses.replace(specs(n_noise=1)[1], criterion="Costly", instructions="Weigh every word. " * 150)
+    free_values = pd.Series(df["score"]).rank(pct=True).to_numpy()
+
+    def source(ctx):
+        return [FunctionCandidate("free", "exemplar", lambda pos: free_values[pos],
+                                  metric=_Named("free"))]
+
+    with ScriptedJudgeServer(signal_script(df)) as srv:
+        opts = LLMOptions(llm=f"openai/fake@{srv.url}", judge_specs=[costly, *specs(n_noise=2)], rationales=0, backoff=0.01,
+                          cache=str(tmp_path / "c.sqlite"), max_judge_tokens=25_000, exemplar=False,
+                          candidate_sources=[source])
+        lines: list[str] = []
+        a = fit_evaluator(df, "score", task=TASK, llm_options=opts, n_boot=50, echo=lines.append).evaluator.artifact
+    fates = {c["feature"]: c for c in a["llm"]["candidates"]}
+    assert fates["llm.single.costly"]["fate"] == "budget" and "cannot pay for" in fates["llm.single.costly"]["detail"]
+    assert any("llm.single.costly dropped" in line for line in lines)
+    assert fates["free"]["fate"] in ("kept", "not returned") and fates["free"]["gain"] is not None
+    assert fates["llm.single.faithfulness"]["fate"] != "budget"
+    assert a["llm"]["budget"]["spent"]["tokens"] <= 25_000
 
 
 def test_a_row_cut_keeps_every_held_out_row_and_the_llm_free_floor_on_all_rows(tmp_path):
