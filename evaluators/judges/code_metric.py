@@ -175,15 +175,22 @@ _START = re.compile(r"^(?:import |from |def |#|@)", re.M)
 
 
 def extract_code(text: str | None) -> tuple[str | None, str | None]:
-    """(source, None) from a reply, or (None, why not).  The first fenced block that defines
-    ``metric`` (else the first block; else the reply from its first code-looking line when it
-    defines ``metric`` without a fence), then checked with :func:`~.sandbox.check_source`."""
+    """(source, None) from a reply, or (None, why not).  The first stretch of the reply between
+    fence lines (or before the first, or after the last) in which a line starts ``def metric``,
+    from its first code-looking line (else the first fenced block), then checked with
+    :func:`~.sandbox.check_source`."""
     text = text or ""
+    # the text between fence lines, in order; small models often open no fence and close one
+    # (code, then a closing fence, then prose), so a segment counts when a line of it starts the function
+    segments = re.split(r"^[ \t]*```[^\n]*$", text, flags=re.M)
+    defining = [seg for seg in segments if re.search(rf"^def {FUNCTION_NAME}\b", seg, re.M)]
     blocks = [b for b in _FENCE.findall(text) if b.strip()]
-    source = next((b for b in blocks if f"def {FUNCTION_NAME}" in b), blocks[0] if blocks else None)
-    if source is None and f"def {FUNCTION_NAME}" in text:
-        m = _START.search(text)
-        source = text[m.start():] if m else None
+    source = None
+    if defining:
+        m = _START.search(defining[0])
+        source = defining[0][m.start():] if m else defining[0]
+    elif blocks:
+        source = blocks[0]
     if source is None:
         return None, "the reply has no Python code block"
     source = source.strip("\n").rstrip() + "\n"

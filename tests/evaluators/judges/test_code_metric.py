@@ -59,6 +59,11 @@ def _simpeval(datasets_dir, n=None) -> pd.DataFrame:
     (f"```py\n{SHORTER}```", True, None),
     (SHORTER, True, None),  # no fence, but it defines metric
     (f"```python\n{KEPT}", True, None),  # the closing fence was cut off
+    # what Qwen2.5-Coder-1.5B replied in the judge-budget benchmark: no opening fence, a closing
+    # fence, then prose about the code
+    (f"{SHORTER}```\nThis function compares the lengths and had an extra closing parenthesis fixed.", True, None),
+    (f"{KEPT}\n```", True, None),
+    (f"The function `def metric` below is simple.\n```python\n{SHORTER}```", True, None),
     ("I would measure the length of the output.", False, "the reply has no Python code block"),
     ("```python\ndef metric(input, output, reference)\n    return 1\n```", False, "syntax error at line 1"),
     ("```python\ndef compute_score(input, output):\n    return 1\n```", False, "no top-level function named 'metric'"),
