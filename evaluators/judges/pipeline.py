@@ -302,7 +302,8 @@ def fit_with_judges(ds, target: str, opts: LLMOptions, *, task: str | None = Non
                     "multi_vs_single": multi, "scoring_prefix_cache": prefix_cache,
                     "seconds": round(time.perf_counter() - started, 1)}
         a["generated"] = generated
-        a["retrieval"] = json_safe(retrieval.to_dict()) if retrieval is not None and bank_used else None
+        # which MetricBank metrics were scored: part of the returned evaluator when the bank is in it
+        a["retrieval"] = json_safe(retrieval.to_dict()) if retrieval is not None and (bank_used or returned is free) else None
         a["code_metrics"], a["candidate_cards"] = art.other_candidates(cands, selected, by_name)
         usage = a["llm"]["usage"]["total"]
         if usage["failures"] or usage["parse_failures"]:
