@@ -58,13 +58,15 @@ def rejected(path: str, data: bytes) -> int:
     return ExportTraceServiceResponse.FromString(data).partial_success.rejected_spans
 
 
-def run_load(port: int, jobs: list[tuple[str, bytes, dict, int]], clients: int) -> tuple[int, float, int]:
-    """Send the jobs over `clients` keep-alive connections; returns (acked items, seconds, errors)."""
+def run_load(port: int | list[int], jobs: list[tuple[str, bytes, dict, int]], clients: int) -> tuple[int, float, int]:
+    """Send the jobs over `clients` keep-alive connections (with several ports, client w talks to
+    port w mod n); returns (acked items, seconds, errors)."""
+    ports = port if isinstance(port, list) else [port]
     acked = [0] * clients
     errors = [0] * clients
 
     def worker(w: int):
-        c = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+        c = http.client.HTTPConnection("127.0.0.1", ports[w % len(ports)], timeout=60)
         for j in range(w, len(jobs), clients):
             path, body, headers, n = jobs[j]
             c.request("POST", path, body=body, headers=headers)

@@ -222,33 +222,12 @@ def judge_champion(store, llm_url: str) -> str:
 
 
 def _send(ports: list[int], jobs: list[bytes], clients: int) -> tuple[int, float, int]:
-    """Send the OTLP bodies over ``clients`` keep-alive connections, client w to collector w mod n:
-    (acknowledged spans, seconds, failed requests)."""
-    import http.client
-    import threading
+    """Send the OTLP bodies (100 spans each) over ``clients`` keep-alive connections, client w to
+    collector w mod n: (acknowledged spans, seconds, failed requests)."""
+    from collector_throughput import run_load
 
-    from collector_throughput import rejected
-
-    acked, errors = [0] * clients, [0] * clients
-
-    def send(w: int):
-        c = http.client.HTTPConnection("127.0.0.1", ports[w % len(ports)], timeout=60)
-        for j in range(w, len(jobs), clients):
-            c.request("POST", "/v1/traces", body=jobs[j], headers={"Content-Type": "application/x-protobuf", "Content-Encoding": "gzip"})
-            r = c.getresponse()
-            data = r.read()
-            if r.status == 200:
-                acked[w] += 100 - rejected("/v1/traces", data)
-            else:
-                errors[w] += 1
-
-    threads = [threading.Thread(target=send, args=(w,)) for w in range(clients)]
-    t0 = time.perf_counter()
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    return sum(acked), time.perf_counter() - t0, sum(errors)
+    headers = {"Content-Type": "application/x-protobuf", "Content-Encoding": "gzip"}
+    return run_load(list(ports), [("/v1/traces", body, headers, 100) for body in jobs], clients)
 
 
 def collector_series(url: str, spans: int, tmp: Path, env: dict) -> list[dict]:
