@@ -23,10 +23,11 @@ from __future__ import annotations
 import datetime as dt
 import math
 
-__all__ = ["FIT_TEST", "FIT_TRAIN", "HOLDOUT", "LIVE", "SCORES", "when", "fmt_stat", "fit_test", "holdout", "live",
-           "labelled_warnings", "alert_figure", "drift_summary", "reconcile", "version_lines"]
+__all__ = ["FIT_TEST", "FIT_CROSS", "FIT_TRAIN", "HOLDOUT", "LIVE", "SCORES", "when", "fmt_stat", "fit_test", "holdout", "live",
+           "labelled_warnings", "alert_figure", "drift_summary", "reconcile", "version_lines", "validity", "validity_label"]
 
 FIT_TEST = "fit-time test split"
+FIT_CROSS = "cross-fitted on the fit's feedback"
 FIT_TRAIN = "fit-time training split"
 HOLDOUT = "newest held-out feedback at refit"
 LIVE = "live feedback since the fit"
@@ -61,10 +62,33 @@ def _stats(version: dict) -> dict:
     return version.get("statistics") or {}
 
 
+def validity(version: dict) -> dict:
+    """The version's validity verdict (``validated``, ``reason``, ...): from its artifact, else
+    from its statistics (a version listed without the artifact); an evaluator fitted before
+    validity was recorded gets the verdict read from its fit's held-out statistics."""
+    from autometrics.evaluators.validity import artifact_validity, legacy_validity
+
+    if version.get("artifact"):
+        return artifact_validity(version["artifact"])
+    return _stats(version).get("validity") or legacy_validity((_stats(version).get("fit") or {}).get("test") or {})
+
+
+def validity_label(version: dict) -> str:
+    """The data the version's validity verdict was computed on, as a figure label."""
+    from autometrics.evaluators.validity import data_label
+
+    v = validity(version)
+    return data_label(v) if v.get("method") == "cross-fit" else fit_test(version)[1]
+
+
 def fit_test(version: dict) -> tuple[dict, str]:
-    """(agreement on the fit's own test split, its label)."""
+    """(agreement on the fit's own test split, or cross-fitted on the fit's feedback, its label)."""
     st = _stats(version)
     s = (st.get("fit") or {}).get("test") or {}
+    if s.get("method") == "cross-fit":
+        v = st.get("validity") or {}
+        return s, (f"{FIT_CROSS} (n={s.get('n', 0)}, {v.get('folds', '?')} grouped folds × {v.get('repeats', '?')} repeats; "
+                   "every row predicted by a fit without it)")
     older = st.get("n_train")
     of = f"; the fit's own split of the {older} older feedback points it trained on" if older is not None else ""
     return s, f"{FIT_TEST} (n={s.get('n', 0)}{of})"
@@ -150,6 +174,10 @@ def alert_figure(alert: dict, version: dict | None) -> str:
                 f"{d['reference'].get('n', 0)} online scores after the fit's data)")
     if isinstance(d, dict) and ("n_current" in d or kind == "score_drift"):
         return f"{SCORES} (n={d.get('n_current', 0)} newest online scores vs {d.get('n_reference', 0)} reference scores)"
+    if kind == "unvalidated" and isinstance(d, dict) and d.get("method"):  # details: the version's validity verdict
+        from autometrics.evaluators.validity import data_label
+
+        return data_label(d)
     if kind in ("low_significance", "small_n"):  # raised by the refit that promoted the version
         n = d.get("n") if isinstance(d, dict) else None
         if n is None and version is not None:
@@ -207,7 +235,10 @@ def version_lines(x: dict, *, fmt=fmt_stat) -> list[str]:
 
     st = x["statistics"]
     ho = st.get("holdout") or {}
-    out = [f"v{x['version']} ({x['status']}, {x['method']}): {x['reason']}", "  Kendall tau, by the data it was computed on:"]
+    v = validity(x)
+    out = [f"v{x['version']} ({x['status']}, {x['method']}): {x['reason']}",
+           "  " + ("validated" if v.get("validated") else "NOT VALIDATED") + f" [{validity_label(x)}]: " + str(v.get("reason", "")),
+           "  Kendall tau, by the data it was computed on:"]
     s, label = holdout(x)
     out.append(f"    {label}: {fmt(s)}")
     if ho.get("champion") and st.get("champion_version") is not None:

@@ -6,6 +6,9 @@ What appears in Langfuse, per scored trace:
   rationales plus any warning about the evaluator (low significance, small n, validity drop);
 - one NUMERIC score per selected metric (``am <feature>``: its raw value, comment = its
   contribution);
+- a CATEGORICAL ``autometrics validity`` score (``validated`` / ``unvalidated``: whether the
+  evaluator's cross-fitted agreement with human feedback is above chance), also in the main
+  score's metadata (``validated``, ``validity``) and, when unvalidated, first in its comment;
 - a CATEGORICAL ``autometrics warning`` score (``low-significance``, ``small-n``,
   ``validity-decay``, ``score-drift``, ``refit-error``) with the message as comment, for
   warnings about the evaluator version that scored it and for each new drift alert (attached
@@ -55,6 +58,10 @@ WARNING_CATEGORIES = ["low-significance", "small-n", "validity-decay", "score-dr
 _KIND_TO_CATEGORY = {"low_significance": "low-significance", "small_n": "small-n", "validity_decay": "validity-decay",
                      "score_drift": "score-drift", "refit_error": "refit-error"}
 WARNING_NAME = "autometrics warning"
+VALIDITY_NAME = "autometrics validity"
+VALIDITY_CATEGORIES = ["validated", "unvalidated"]
+VALIDITY_DESCRIPTION = ("Whether the AutoMetrics evaluator that scored this trace is validated: its cross-fitted agreement "
+                        "with human feedback is above chance (permutation p <= 0.05). Unvalidated scores may be noise.")
 _NS = uuid.UUID("5b0e6f1e-8d7c-4c1a-9a59-6a8f4f0a7c11")
 WARNING_DESCRIPTION = "Warnings and drift alerts about the AutoMetrics evaluator that scored this trace."
 DEFAULT_MAX_PUSH_ATTEMPTS = 10  # delivery attempts per trace's scores (and per alert) before giving up
@@ -239,6 +246,7 @@ class LangfusePush:
                                                                      f"'{target}' evaluator; {'higher' if f['higher_is_better'] else 'lower'} is better)."})
                    for f in art["features"]]
         needed.append((WARNING_NAME, "CATEGORICAL", {"categories": WARNING_CATEGORIES, "description": WARNING_DESCRIPTION}))
+        needed.append((VALIDITY_NAME, "CATEGORICAL", {"categories": VALIDITY_CATEGORIES, "description": VALIDITY_DESCRIPTION}))
         ids: dict[str, str | None] = {}
         cfg_error = None
         for name, data_type, kw in needed:
@@ -246,12 +254,15 @@ class LangfusePush:
             if cid is None and cfg_error is None:  # Langfuse unreachable: ask no more, the next cycle tries again
                 cfg_error = self.last_error or "score configs not available"
             ids[config_name(name)] = cid
-        main_id, warn_id = ids[main], ids[WARNING_NAME]
+        main_id, warn_id, valid_id = ids[main], ids[WARNING_NAME], ids[VALIDITY_NAME]
+        validity = fig.validity(version)
+        validated = bool(validity.get("validated"))
         feat_ids = {f["feature"]: ids[config_name(f"am {f['feature']}")] for f in art["features"]}
         warnings = self.version_warnings(version, alerts)
         meta = {"evaluator_version": version["version"], "evaluator_id": version["id"], "method": version.get("method"),
                 "heldout_tau": h.get("tau"), "heldout_p_value": h.get("p_value"), "heldout_n": h.get("n"),
-                "label_range": [lab.get("min"), lab.get("max")]}
+                "label_range": [lab.get("min"), lab.get("max")], "validated": validated,
+                "validity": {k: validity.get(k) for k in ("method", "tau", "ci", "p_value", "n_labels", "n_groups", "reason")}}
         out: dict[str, list[dict]] = {}
         skipped: list[str] = []
         for r in records:
@@ -260,7 +271,8 @@ class LangfusePush:
                 skipped.append(tid)
                 continue
             rats = json.loads(r["rationales"]) if isinstance(r.get("rationales"), str) else (r.get("rationales") or [])
-            lines = [x["text"] for x in rats[:max_rationales]]
+            lines = [] if validated else [f"⚠ UNVALIDATED evaluator: {validity.get('reason', '')}"]
+            lines += [x["text"] for x in rats[:max_rationales]]
             lines += [f"⚠ {msg}" for _, msg in warnings]
             bodies = [self._body(name=main, value=float(r["score"]), trace_id=tid, score_id=_score_id(tid, version["id"], main),
                                  data_type="NUMERIC", config_id=main_id, comment="\n".join(lines)[:4000] or None, metadata=meta)]
@@ -274,6 +286,9 @@ class LangfusePush:
                 bodies.append(self._body(name=name, value=float(val), trace_id=tid, score_id=_score_id(tid, version["id"], name),
                                          data_type="NUMERIC", config_id=feat_ids.get(feat),
                                          comment=f"contribution to '{target}': {c:+.3f}" if isinstance(c, int | float) else None))
+            bodies.append(self._body(name=VALIDITY_NAME, value="validated" if validated else "unvalidated", trace_id=tid,
+                                     score_id=_score_id(tid, version["id"], VALIDITY_NAME), data_type="CATEGORICAL",
+                                     config_id=valid_id, comment=str(validity.get("reason") or "")[:4000] or None))
             for cat, msg in warnings:
                 bodies.append(self._body(name=WARNING_NAME, value=cat, trace_id=tid,
                                          score_id=_score_id(tid, version["id"], WARNING_NAME, cat),

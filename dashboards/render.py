@@ -205,7 +205,7 @@ def _versions_table(versions: list[dict]) -> str:
     o = ["<table id='versions'><tr><th>version</th><th>status</th><th>created</th><th>method</th>"
          "<th>fitted on (older) / held out (newest)</th>"
          f"<th>τ [95% CI], p on the {fig.HOLDOUT}</th><th>Δτ vs the champion of that refit, on the same {fig.HOLDOUT} [95% CI]</th>"
-         f"<th>τ [95% CI], p on the {fig.FIT_TEST}</th><th>reason</th></tr>"]
+         f"<th>τ [95% CI], p on the {fig.FIT_TEST} or {fig.FIT_CROSS}</th><th>validated</th><th>reason</th></tr>"]
     for v in reversed(versions):
         s = v["statistics"]
         ho = s.get("holdout") or {}
@@ -218,6 +218,7 @@ def _versions_table(versions: list[dict]) -> str:
                  f"<div class='on'>{e(hl)}</div></td><td class='n'>{delta}</td>"
                  f"<td class='n'>{_f(ft.get('tau'))} [{_f(ft.get('ci_low'))}, {_f(ft.get('ci_high'))}], p {_p(ft.get('p_value'))}"
                  f"<div class='on'>{e(fl)}</div></td>"
+                 f"<td>{'yes' if fig.validity(v).get('validated') else '<b>no</b>'}</td>"
                  f"<td class='txt'>{e(v['reason'] or '')}{_on(v['reason'], v)}</td></tr>")
     o.append("</table>")
     return "".join(o)
@@ -276,6 +277,19 @@ def render_dashboard(monitor, *, title: str | None = None, sample: int = 8, seed
            f"<h1>{e(title or 'AutoMetrics dashboard')} — <code>{e(cfg.target)}</code></h1>",
            f"<div class='meta'>Project <b>{e(cfg.project)}</b>" + (f" · Task: {e(cfg.task)}" if cfg.task else "")
            + f" · store {e(repr(monitor.store))} · generated {e(_when(__import__('time').time_ns()))}</div>"]
+    # ---- validity: is the evaluator that scores these traces better than chance?
+    if champ:
+        v = fig.validity(champ)
+        ok = bool(v.get("validated"))
+        out.append(f"<div class='{'ok' if ok else 'warn'}' id='validity' data-validated='{str(ok).lower()}'>"
+                   f"<b>{'✔ Validated' if ok else '⚠ NOT validated: its scores are unvalidated'}</b> (v{champ['version']}), "
+                   f"on the {e(fig.validity_label(champ))}: {e(str(v.get('reason', '')))}</div>")
+    elif versions:
+        v = fig.validity(versions[-1])
+        if not v.get("validated"):
+            out.append(f"<div class='warn' id='validity' data-validated='false'><b>⚠ No evaluator scores traces yet</b>: the "
+                       f"newest version v{versions[-1]['version']} is NOT validated and was not promoted, on the "
+                       f"{e(fig.validity_label(versions[-1]))}: {e(str(v.get('reason', '')))}</div>")
     # ---- cards: one per agreement figure, each naming the data it was computed on
     out.append("<div class='cards'>")
     story = None

@@ -289,15 +289,18 @@ class Dataset:
             h.update(b"\n")
         return h.hexdigest()
 
-    def split_positions(self, test_size: float = 0.3, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    def split_positions(self, test_size: float | None = 0.3, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
         """Train/test positions grouped by ``group`` (by default the input): the same input is
         never on both sides.  Seeded and deterministic.  A subset made by :meth:`with_split`
-        keeps the split it was given (``test_size`` and ``seed`` are then not used)."""
-        if not 0 < test_size < 1:
-            raise DataError(f"test_size must be between 0 and 1 (exclusive), got {test_size}")
+        keeps the split it was given (``test_size`` and ``seed`` are then not used).
+        ``test_size`` None: no held-out split (validity is cross-fitted): every row trains."""
         if FIXED_SPLIT in self.frame.columns:
             is_test = self.frame[FIXED_SPLIT].to_numpy(dtype=bool)
             return np.flatnonzero(~is_test), np.flatnonzero(is_test)
+        if test_size is None:
+            return np.arange(len(self.frame)), np.array([], dtype=int)
+        if not 0 < test_size < 1:
+            raise DataError(f"test_size must be between 0 and 1 (exclusive), got {test_size}")
         from sklearn.model_selection import GroupShuffleSplit
 
         groups = self.frame["group"].astype(str).to_numpy()
@@ -309,6 +312,13 @@ class Dataset:
         splitter = GroupShuffleSplit(n_splits=1, test_size=test_size, random_state=seed)
         train, test = next(splitter.split(np.zeros(len(groups)), groups=groups))
         return np.sort(train), np.sort(test)
+
+    def has_holdout(self, test_size: float | None) -> bool:
+        """Whether a fit validates on a held-out split (``test_size`` given, or a split fixed by
+        :meth:`with_split`) rather than by cross-fitting every row."""
+        if FIXED_SPLIT in self.frame.columns:
+            return bool(self.frame[FIXED_SPLIT].to_numpy(dtype=bool).any())
+        return test_size is not None
 
     def with_split(self, train_pos, test_pos) -> Dataset:
         """The rows at ``train_pos`` and ``test_pos`` (of this dataset), with that split fixed:

@@ -145,6 +145,20 @@ class Evaluator:
     def statistics(self) -> dict:
         return self.artifact["statistics"]
 
+    @property
+    def validity(self) -> dict:
+        """The validity verdict (``validated``, ``tau``, ``ci``, ``p_value``, ``n_labels``,
+        ``n_groups``, ``method``, ``reason``).  An artifact written before validity was recorded
+        gets a verdict read from its held-out statistics (``method`` "holdout (recorded before
+        validity)"), validated when that τ was positive with p <= 0.05."""
+        from autometrics.evaluators.validity import artifact_validity
+
+        return artifact_validity(self.artifact)
+
+    @property
+    def validated(self) -> bool:
+        return bool(self.validity.get("validated"))
+
     def describe(self) -> str:
         terms = " ".join(f"{'+' if f['weight'] >= 0 else '-'} {abs(f['weight']):.3g}*z({f['feature']})" for f in self.features)
         return f"{self.target} ~ {self.artifact['intercept']:.3g} {terms}"

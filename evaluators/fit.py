@@ -30,10 +30,11 @@ from autometrics.evaluators.evaluator import SCORE_COLUMN, Evaluator, load_evalu
 from autometrics.evaluators.induce import DEFAULT_REGRESSION, MIN_LABELS_FOR_CONFIDENCE, FitResult, fit_on_features
 from autometrics.evaluators.judges.options import LLMOptions
 from autometrics.evaluators.judges.retrieve import score_bank
+from autometrics.evaluators.validity import CrossFit
 from autometrics.metricbank import Metric, get_metric
 
 __all__ = ["fit_evaluator", "sample_rows", "FitResult", "Evaluator", "LLMOptions", "load_evaluator", "score_metrics", "SCORE_COLUMN",
-           "MIN_LABELS_FOR_CONFIDENCE"]
+           "MIN_LABELS_FOR_CONFIDENCE", "CrossFit"]
 
 
 def fit_evaluator(
@@ -48,7 +49,7 @@ def fit_evaluator(
     reference_cols: list[str] | None = None,
     id_col: str | None = "id",
     group_col: str | None = None,
-    test_size: float = 0.3,
+    test_size: float | None = None,
     seed: int = 0,
     top_n: int = 5,
     metrics: list[Metric | str] | None = None,
@@ -59,6 +60,7 @@ def fit_evaluator(
     features: tuple[pd.DataFrame, dict, list[str]] | None = None,
     dry_run: bool = False,
     max_rows: int | None = None,
+    crossfit: CrossFit | None = None,
     echo=lambda *a, **k: None,
 ):
     """Fit an evaluator for the label column ``target`` (see the module docstring).
@@ -73,6 +75,9 @@ def fit_evaluator(
     the training rows).  ``dry_run`` (LLM path only) returns the estimated calls and tokens and makes no call.
     ``echo`` receives progress lines of the LLM path.  ``max_rows``: fit on a seeded sample of at
     most this many labelled rows, made of whole groups (inputs), so the split stays grouped.
+    Validation: with ``test_size`` None (default) the evaluator is fitted on every labelled row
+    and its validity is cross-fitted (``crossfit``: folds, repeats, permutations; see
+    :mod:`autometrics.evaluators.validity`); with ``test_size`` a grouped held-out split is kept.
     """
     started = time.perf_counter()
     ds = dataset or load_dataset(data, target, input_col=input_col, output_col=output_col, reference_cols=reference_cols,
@@ -81,7 +86,9 @@ def fit_evaluator(
         raise DataError(f"target {target!r} was not loaded; loaded targets: {ds.targets}")
     if max_rows is not None and features is None:
         ds = sample_rows(ds, target, max_rows, seed)
-    common = {"task": task, "test_size": test_size, "seed": seed, "top_n": top_n, "n_boot": n_boot, "regression": regression}
+    crossfit = crossfit or CrossFit(n_boot=n_boot)
+    common = {"task": task, "test_size": test_size, "seed": seed, "top_n": top_n, "n_boot": n_boot, "regression": regression,
+              "crossfit": crossfit}
     if llm is not None or llm_options is not None:
         from autometrics.evaluators.judges.pipeline import fit_with_judges
 

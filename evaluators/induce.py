@@ -1,10 +1,13 @@
 """From a scored candidate matrix to a validated evaluator (the regression half of AutoMetrics).
 
-:func:`fit_on_features` splits the labelled rows train/test grouped by input, runs two-stage PLS
-selection on train, measures held-out agreement (Kendall tau-b with a bootstrap CI, next to the
-best single metric chosen on train), and writes the evaluator artifact with its statistics and
-warnings.  :func:`autometrics.evaluators.fit.fit_evaluator` is the public entry point that
-scores the candidates and calls it.
+:func:`fit_on_features` selects and weights metrics (NNLS by default), fits the shipped evaluator
+on every labelled row and cross-fits its validity (:mod:`~autometrics.evaluators.validity`:
+repeated grouped K-fold with the whole selection inside each fold, a cluster-bootstrap CI and a
+group-preserving permutation p-value, next to the best single metric and a black box on the same
+folds), and writes the evaluator artifact with its statistics, ``validity`` and warnings.  With
+``test_size`` it keeps the older protocol: fit on a grouped training split, validate on the rest.
+:func:`autometrics.evaluators.fit.fit_evaluator` is the public entry point that scores the
+candidates and calls it.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from __future__ import annotations
 import datetime as _dt
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -21,8 +25,15 @@ from autometrics.collectors.files import json_safe, package_version
 from autometrics.evaluators.blackbox import blackbox_reference
 from autometrics.evaluators.data import DataError, Dataset
 from autometrics.evaluators.evaluator import ARTIFACT_FORMAT, ARTIFACT_VERSION, Evaluator
-from autometrics.evaluators.selection import SELECTORS, choose_regression, make_selector
-from autometrics.evaluators.stats import agreement, kendall_tau
+from autometrics.evaluators.selection import (
+    SELECTORS,
+    NNLSMetricSelector,
+    PreparedMetrics,
+    choose_regression,
+    make_selector,
+)
+from autometrics.evaluators.stats import agreement, bootstrap_taus, kendall_tau, kendall_taus
+from autometrics.evaluators.validity import CrossFit, Validity, crossfit, crossfit_validity, fold_plan, holdout_validity
 
 __all__ = ["FitResult", "fit_on_features", "candidate_fates", "MIN_LABELS_FOR_CONFIDENCE", "DEFAULT_REGRESSION", "REGRESSIONS"]
 
@@ -78,25 +89,102 @@ def candidate_fates(selector, names: list[str], generated) -> list[str]:
     return out
 
 
+def _fold_selector(regression: str, top_n: int, generated, groups) -> Callable:
+    """The regression as a fold procedure for cross-fitting: selection and weighting (and, for
+    ``auto``, the choice of procedure by inner grouped CV) run on the fold's training rows only."""
+    prepared: dict[bytes, PreparedMetrics] = {}  # per fold: the label-free work, reused by every permutation
+
+    def fit_predict(Xa, tr, te, y):
+        name = regression
+        if regression == "auto":
+            name = choose_regression(Xa[tr], y[tr], groups[tr], generated, candidates=AUTO_CANDIDATES, top_n=top_n).name
+        sel = make_selector(name, top_n=top_n)
+        if isinstance(sel, NNLSMetricSelector):
+            key = np.asarray(tr, dtype=np.int64).tobytes()
+            if key not in prepared:
+                prepared[key] = PreparedMetrics(Xa[tr], generated)
+            return sel.fit(Xa[tr], y[tr], generated=generated, prepared=prepared[key]).predict(Xa[te])
+        return sel.fit(Xa[tr], y[tr], generated=generated).predict(Xa[te])
+    return fit_predict
+
+
+def _best_single(Xa, y, allowed) -> tuple[int, float] | None:
+    """(column, sign) of the existing metric with the largest |Kendall τ| on these rows."""
+    taus = np.where(np.asarray(allowed, dtype=bool), kendall_taus(Xa, y), np.nan)
+    if not np.isfinite(taus).any():
+        return None
+    j = int(np.nanargmax(np.abs(taus)))
+    return j, (1.0 if taus[j] >= 0 else -1.0)
+
+
+def _single_fold(allowed) -> Callable:
+    """The best single existing metric, chosen (with its sign) on the fold's training rows."""
+    def fit_predict(Xa, tr, te, y):
+        b = _best_single(Xa[tr], y[tr], allowed)
+        if b is None:
+            raise ValueError("no metric varies on this fold's training rows")
+        col = Xa[:, b[0]]
+        med = np.nanmedian(col[tr]) if np.isfinite(col[tr]).any() else 0.0
+        return b[1] * np.where(np.isnan(col[te]), med, col[te])
+    return fit_predict
+
+
+def _summary(oof: np.ndarray, y, groups, n_boot: int, seed: int) -> dict:
+    """Cross-fitted agreement of one procedure's out-of-fold predictions (mean τ over the fold
+    assignments, cluster-bootstrap CI); the same keys as :class:`~.stats.Agreement`."""
+    taus = [kendall_tau(p, y)[0] for p in oof]
+    taus = [t if np.isfinite(t) else 0.0 for t in taus]
+    lo = hi = None
+    if n_boot:
+        boots = bootstrap_taus(list(oof), y, n_boot, seed, groups=groups)
+        m = np.nanmean(np.where(np.isfinite(boots), boots, 0.0), axis=1)
+        lo, hi = (float(v) for v in np.percentile(m, [2.5, 97.5]))
+    return {"n": int(len(y)), "tau": float(np.mean(taus)), "ci_low": lo, "ci_high": hi, "p_value": None, "method": "cross-fit"}
+
+
+@dataclass
+class _Validation:
+    """What a validation produced for the artifact: positions, predictions, statistics."""
+
+    train_pos: np.ndarray
+    test_pos: np.ndarray  # the held-out rows; in a cross-fit every labelled row
+    pred_train: np.ndarray
+    pred_test: np.ndarray  # held-out predictions; in a cross-fit the out-of-fold mean over repeats
+    stats_test: dict
+    validity: Validity
+    best: dict | None
+    blackbox: dict | None
+
+
 def fit_on_features(
     ds: Dataset,
     target: str,
     features: tuple[pd.DataFrame, dict, list[str]],
     *,
     task: str | None = None,
-    test_size: float = 0.3,
+    test_size: float | None = None,
     seed: int = 0,
     top_n: int = 5,
     n_boot: int = 1000,
     regression: str = DEFAULT_REGRESSION,
     unavailable: dict[str, str] | None = None,
     started: float | None = None,
+    crossfit: CrossFit | None = None,
+    fold_fit: Callable | None = None,
+    scope: str = "",
 ) -> FitResult:
-    """Split, select and regress, validate: the evaluator from a scored candidate matrix.
+    """Select and regress, validate: the evaluator from a scored candidate matrix.
 
     ``features`` is ``(X, meta, notes)`` from :func:`~autometrics.evaluators.evaluator.score_metrics`
     over the labelled rows of ``ds`` (same order).  Both fit paths end here: the LLM-free one
     (MetricBank only) and the one with generated judges.
+
+    Validation (:mod:`~autometrics.evaluators.validity`): with ``test_size`` None (the default)
+    the evaluator is fitted on every labelled row and its validity is cross-fitted
+    (``crossfit`` options; the fold procedure is the regression itself, or ``fold_fit(Xa, tr, te,
+    y)`` when the caller's procedure does more inside each fold, e.g. re-screening judges;
+    ``scope`` says what ran inside the folds).  With ``test_size`` (or a split fixed by
+    :meth:`Dataset.with_split`) it is fitted on the training split and validated on the rest.
     """
     started = time.perf_counter() if started is None else started
     if target not in ds.targets:
@@ -105,6 +193,7 @@ def fit_on_features(
     warnings = list(ds.warnings)
     info = ds.labels[target]
     unavailable = unavailable or {}
+    cf = crossfit or CrossFit(n_boot=n_boot)
     X, meta, notes = features
     if len(X) != len(lab):
         raise ValueError(f"features have {len(X)} rows, labelled data has {len(lab)}")
@@ -114,38 +203,46 @@ def fit_on_features(
         raise ValueError(f"unknown regression {regression!r}; choose one of {', '.join(REGRESSIONS)}")
 
     y = lab.y(target)
+    holdout = lab.has_holdout(test_size)
+    groups_all = lab.frame["group"].astype(str).to_numpy()
+    if len(np.unique(groups_all)) < 2:
+        raise DataError("all rows share one input/group, so no grouped validation is possible. "
+                        "Pass --group-col with a column that varies, or more distinct inputs.")
     train_pos, test_pos = lab.split_positions(test_size, seed)
     names = list(X.columns)
     Xa = X.to_numpy(dtype=float)
     generated = [meta[c]["generated"] for c in names]
     choice = None
     if regression == "auto":
-        # chosen on the training rows only (inner grouped CV); the test split is never seen
-        groups = lab.frame["group"].astype(str).to_numpy()[train_pos]
-        choice = choose_regression(Xa[train_pos], y[train_pos], groups, generated, candidates=AUTO_CANDIDATES, top_n=top_n)
-        regression = choice.name
-    selector = make_selector(regression, top_n=top_n).fit(Xa[train_pos], y[train_pos], generated=generated)
+        # chosen on the training rows only (inner grouped CV); a held-out split is never seen
+        choice = choose_regression(Xa[train_pos], y[train_pos], groups_all[train_pos], generated,
+                                   candidates=AUTO_CANDIDATES, top_n=top_n)
+    shipped = choice.name if choice is not None else regression
+    selector = make_selector(shipped, top_n=top_n).fit(Xa[train_pos], y[train_pos], generated=generated)
     represents = getattr(selector, "represents_", {}) or {}
-
     pred_train = selector.predict(Xa[train_pos])
-    pred_test = selector.predict(Xa[test_pos])
     stats_train = agreement(pred_train, y[train_pos], n_boot=n_boot, seed=seed)
-    stats_test = agreement(pred_test, y[test_pos], n_boot=n_boot, seed=seed)
+    fold = fold_fit or _fold_selector(regression, top_n, generated, groups_all)
+    if holdout:
+        val = _validate_holdout(selector, Xa, y, groups_all, train_pos, test_pos, generated, cf, n_boot, seed, scope)
+    else:
+        val = _validate_crossfit(fold, Xa, y, groups_all, generated, cf, n_boot, seed, scope)
+    stats_test, validity, best, blackbox = val.stats_test, val.validity, val.best, val.blackbox
+    if best is not None:
+        best = {"feature": names[best.pop("index")], **best}
 
-    # per-candidate agreement, and the best single existing metric chosen on train (its sign too)
+    # per-candidate agreement (train: the rows the evaluator was fitted on; test: held-out rows only)
     fates = candidate_fates(selector, names, generated)
     rows = []
     for j, name in enumerate(names):
-        t_tr = _feature_tau(Xa[train_pos, j], y[train_pos])
-        t_te = _feature_tau(Xa[test_pos, j], y[test_pos])
         rows.append(
             {
                 "feature": name,
                 "signature": meta[name]["signature"],
                 "generated": meta[name]["generated"],
                 "higher_is_better": meta[name]["higher_is_better"],
-                "tau_train": t_tr,
-                "tau_test": t_te,
+                "tau_train": _feature_tau(Xa[train_pos, j], y[train_pos]),
+                "tau_test": _feature_tau(Xa[test_pos, j], y[test_pos]) if holdout else float("nan"),
                 "stage1_weight": selector.stage1_coef_[j],
                 "usable": bool(selector.usable_[j]),
                 "selected": bool(j in set(selector.selected_.tolist())),
@@ -155,35 +252,14 @@ def fit_on_features(
             }
         )
     candidates = pd.DataFrame(rows)
-    best = None
-    usable_c = candidates[candidates["usable"] & candidates["tau_train"].notna() & ~candidates["generated"]]
-    if len(usable_c):
-        b = usable_c.loc[usable_c["tau_train"].abs().idxmax()]
-        sign = 1.0 if b["tau_train"] >= 0 else -1.0
-        j = names.index(b["feature"])
-        best_test = agreement(sign * Xa[test_pos, j], y[test_pos], n_boot=n_boot, seed=seed)
-        best = {"feature": b["feature"], "sign": sign, "tau_train": abs(float(b["tau_train"])), "test": best_test.to_dict()}
-
-    # the black-box reference on the same split (what interpretability costs), when xgboost is installed
-    blackbox = None
-    try:
-        ref = blackbox_reference(Xa[train_pos], y[train_pos], Xa[test_pos], seed=seed)
-    except Exception as exc:  # the reference must never break a fit
-        log.warning("black-box reference failed: %s: %s", type(exc).__name__, exc)
-        ref = None
-    if ref is not None:
-        blackbox = {"model": ref[1], "test": agreement(ref[0], y[test_pos], n_boot=n_boot, seed=seed).to_dict()}
 
     n_lab = len(lab)
-    if not (stats_test.p_value <= 0.05):
-        warnings.append(
-            f"held-out agreement is not significant (p={stats_test.p_value:.3g} > 0.05, n={stats_test.n}): "
-            "treat the evaluator as unvalidated and collect more feedback."
-        )
-    if n_lab < MIN_LABELS_FOR_CONFIDENCE:
+    if not validity.validated:
+        warnings.append(f"not validated: {validity.reason}. Treat its scores as unvalidated.")
+    if holdout and n_lab < MIN_LABELS_FOR_CONFIDENCE:
         warnings.append(
             f"only {n_lab} labelled examples (< {MIN_LABELS_FOR_CONFIDENCE}): held-out estimates are noisy; "
-            "see the confidence interval."
+            "see the confidence interval (without --test-size every row is used for validity)."
         )
     n_usable = int(selector.usable_.sum())
     if n_usable > len(train_pos):
@@ -228,8 +304,8 @@ def fit_on_features(
         "label": info.to_dict(),
         "columns": {k: v for k, v in ds.columns.items() if k != "group"},
         "method": {
-            "name": f"autometrics-{regression}",
-            "regression": regression,
+            "name": f"autometrics-{shipped}",
+            "regression": shipped,
             "regression_choice": choice.to_dict() if choice is not None else None,
             "top_n": top_n,
             "drop_negative_generated": selector.drop_negative_generated,
@@ -237,12 +313,14 @@ def fit_on_features(
             "seed": seed,
             "split": "grouped by " + (ds.columns.get("group") or ("input" if ds.has_input else "id")),
             "n_boot": n_boot,
+            "validation": validity.method,
+            "fitted_on": "training split" if holdout else "every labelled row",
         },
         "intercept": float(selector.intercept_),
         "features": feats,
         "statistics": {
             "train": stats_train.to_dict(),
-            "test": stats_test.to_dict(),
+            "test": stats_test,
             "best_single_metric": best,
             "blackbox_reference": blackbox,
             "n_candidates": len(names),
@@ -255,8 +333,10 @@ def fit_on_features(
             "n_labelled": n_lab,
             "n_excluded_missing_target": info.n_missing,
             "n_train": len(train_pos),
-            "n_test": len(test_pos),
+            "n_test": len(test_pos) if holdout else 0,
+            "n_groups": int(len(np.unique(groups_all))),
         },
+        "validity": validity.to_dict(),
         "warnings": warnings,
         # MetricBank metrics that could not run in this environment (e.g. model weights absent)
         "unavailable_metrics": unavailable,
@@ -272,5 +352,69 @@ def fit_on_features(
             f[nm] = Xa[pos, names.index(nm)]
         return f
 
-    return FitResult(evaluator, frame(train_pos, pred_train), frame(test_pos, pred_test), candidates, notes)
+    return FitResult(evaluator, frame(train_pos, pred_train), frame(val.test_pos, val.pred_test), candidates, notes)
+
+
+def _validate_holdout(selector, Xa, y, groups, train_pos, test_pos, generated, cf, n_boot, seed, scope) -> _Validation:
+    """The fitted evaluator on the held-out rows; the best single metric (chosen on train) and the
+    black box (trained on train) on the same rows."""
+    pred_test = selector.predict(Xa[test_pos])
+    stats_test = agreement(pred_test, y[test_pos], n_boot=n_boot, seed=seed).to_dict()
+    validity = holdout_validity(pred_test, y[test_pos], groups[test_pos], cf, seed=seed,
+                                scope=scope or "selection and weighting on the training split")
+    stats_test["p_value"] = validity.p_value if validity.p_value is not None else stats_test["p_value"]
+    stats_test["method"] = "holdout"
+    best = None
+    allowed = [not g for g in generated]
+    b = _best_single(Xa[train_pos], y[train_pos], allowed)
+    if b is not None:
+        j, sign = b
+        best = {"index": j, "sign": sign, "tau_train": abs(_feature_tau(Xa[train_pos, j], y[train_pos])),
+                "test": agreement(sign * Xa[test_pos, j], y[test_pos], n_boot=n_boot, seed=seed).to_dict()}
+    blackbox = None
+    try:
+        ref = blackbox_reference(Xa[train_pos], y[train_pos], Xa[test_pos], seed=seed)
+    except Exception as exc:  # the reference must never break a fit
+        log.warning("black-box reference failed: %s: %s", type(exc).__name__, exc)
+        ref = None
+    if ref is not None:
+        blackbox = {"model": ref[1], "test": agreement(ref[0], y[test_pos], n_boot=n_boot, seed=seed).to_dict()}
+    return _Validation(train_pos, test_pos, selector.predict(Xa[train_pos]), pred_test, stats_test, validity, best, blackbox)
+
+
+def _validate_crossfit(fold, Xa, y, groups, generated, cf, n_boot, seed, scope) -> _Validation:
+    """Every labelled row gets out-of-fold predictions from the fold procedure; the best single
+    metric (chosen in each fold) and the black box (first fold assignment, to bound its cost) are
+    cross-fitted on the same folds, so all three figures are paired."""
+    plan = fold_plan(groups, cf, seed)
+    validity, oof = crossfit_validity(lambda tr, te, yy: fold(Xa, tr, te, yy), y, groups, plan, cf, seed=seed,
+                                      scope=scope or "selection and weighting ran inside each fold")
+    stats_test = {"n": validity.n_labels, "tau": validity.tau, "ci_low": validity.ci[0], "ci_high": validity.ci[1],
+                  "p_value": validity.p_value, "method": "cross-fit"}
+    everyone = np.arange(len(y))
+    best = None
+    allowed = [not g for g in generated]
+    b = _best_single(Xa, y, allowed)
+    if b is not None:
+        single = _single_fold(allowed)
+        oof_b = crossfit(lambda tr, te, yy: single(Xa, tr, te, yy), y, plan)
+        best = {"index": b[0], "sign": b[1], "tau_train": abs(_feature_tau(Xa[:, b[0]], y)),
+                "test": _summary(oof_b, y, groups, n_boot, seed),
+                "note": "the metric named is the one chosen on every row; the figure is cross-fitted "
+                        "(the best metric chosen inside each fold)"}
+    blackbox = None
+    try:
+        preds, model = np.full(len(y), np.nan), None
+        for k in np.unique(plan[0]):
+            te, tr = np.flatnonzero(plan[0] == k), np.flatnonzero(plan[0] != k)
+            ref = blackbox_reference(Xa[tr], y[tr], Xa[te], seed=seed)
+            if ref is None:
+                break
+            preds[te], model = ref
+        if model is not None:
+            blackbox = {"model": model, "test": _summary(preds[None, :], y, groups, n_boot, seed)}
+    except Exception as exc:  # the reference must never break a fit
+        log.warning("black-box reference failed: %s: %s", type(exc).__name__, exc)
+    oof_mean = np.nanmean(oof, axis=0)
+    return _Validation(everyone, everyone, None, oof_mean, stats_test, validity, best, blackbox)
 

@@ -8,10 +8,11 @@ import math
 import re
 from pathlib import Path
 
-import numpy as np
 from autometrics.evaluators.fit import FitResult
 from autometrics.evaluators.judges.code_metric import code_metrics_markdown
 from autometrics.evaluators.report_candidates import candidates_markdown
+from autometrics.evaluators.report_svg import svg_scatter
+from autometrics.evaluators.validity import artifact_validity, split_line
 from autometrics.metricbank import load_card
 
 __all__ = ["render_markdown", "render_html", "write_reports", "attach_analyses", "metric_direction"]
@@ -109,6 +110,13 @@ def _card_markdown(name: str) -> str:
         return f"(no Metric Card: {exc})"
 
 
+def validity_view(a: dict) -> tuple[bool, str]:
+    """(validated, one sentence) for the report."""
+    v = artifact_validity(a)
+    head = "Validated" if v.get("validated") else "Not validated — treat its scores as unvalidated"
+    return bool(v.get("validated")), f"{head}: {v.get('reason', '')}"
+
+
 def render_markdown(result: FitResult) -> str:
     ev = result.evaluator
     a = ev.artifact
@@ -119,21 +127,30 @@ def render_markdown(result: FitResult) -> str:
     d = a["dataset"]
     lines += [
         f"**Data:** {d['source']} — {d['n_labelled']} labelled rows ({d['n_excluded_missing_target']} without a label excluded), "
-        f"{d['n_train']} train / {d['n_test']} test, {a['method']['split']}, seed {a['method']['seed']}.  ",
+        f"{split_line(a)}.  ",
         f"**Label:** {a['label']['kind']} (range {a['label']['min']:g}..{a['label']['max']:g}).  ",
         f"**Package:** autometrics-sdk {a['package_version']}, created {a['created_at']}, data {d['fingerprint'][:19]}…",
         "",
+        "## Validity",
+        "",
+        f"**{'✔' if validity_view(a)[0] else '⚠'} {validity_view(a)[1]}**",
+        "",
         "## Agreement with human judgment (Kendall τ-b)",
         "",
-        f"- **Held-out (test): {_stat_line(st['test'])}**",
-        f"- Train: {_stat_line(st['train'])}",
+    ]
+    cross = st["test"].get("method") == "cross-fit"
+    lines += [
+        f"- **{'Cross-fitted (every row predicted by a fit without it)' if cross else 'Held-out (test)'}: {_stat_line(st['test'])}**",
+        f"- {'In-sample (all rows)' if cross else 'Train'}: {_stat_line(st['train'])}",
     ]
     if st.get("best_single_metric"):
         b = st["best_single_metric"]
-        lines.append(f"- Best single existing metric chosen on train, `{b['feature']}`: test {_stat_line(b['test'])}")
+        lines.append(f"- Best single existing metric {'(chosen inside each fold; on all rows' if cross else '(chosen on train'}: "
+                     f"`{b['feature']}`): {'cross-fitted' if cross else 'test'} {_stat_line(b['test'])}")
     if st.get("blackbox_reference"):
         r = st["blackbox_reference"]
-        lines.append(f"- Black-box reference ({r['model']}, not interpretable), same split: test {_stat_line(r['test'])}")
+        lines.append(f"- Black-box reference ({r['model']}, not interpretable), same {'folds' if cross else 'split'}: "
+                     f"{'cross-fitted' if cross else 'test'} {_stat_line(r['test'])}")
     lines += ["", "## Warnings", ""]
     lines += [f"- ⚠ {w}" for w in a["warnings"]] or ["- none"]
     lines += ["", "## Evaluator", "", f"`{_formula(ev)}`", "", "z(m) = (m − train mean) / train std; missing values take the train median.", ""]
@@ -187,45 +204,6 @@ svg text{font-size:11px;fill:#56606b}
 """
 
 
-def _svg_scatter(result: FitResult, width: int = 520, height: int = 380) -> str:
-    """Score vs label scatter (test points solid, train points faint) as inline SVG."""
-    tr, te = result.train, result.test
-    xs = np.concatenate([tr["label"].to_numpy(), te["label"].to_numpy()])
-    ys = np.concatenate([tr["score"].to_numpy(), te["score"].to_numpy()])
-    lo = float(min(xs.min(), ys.min()))
-    hi = float(max(xs.max(), ys.max()))
-    if hi - lo < 1e-9:
-        hi = lo + 1
-    pad = (hi - lo) * 0.05
-    lo, hi = lo - pad, hi + pad
-    ml, mr, mt, mb = 52, 16, 16, 44
-
-    def sx(v):
-        return ml + (v - lo) / (hi - lo) * (width - ml - mr)
-
-    def sy(v):
-        return height - mb - (v - lo) / (hi - lo) * (height - mt - mb)
-
-    parts = [f'<svg role="img" aria-label="evaluator scores versus human labels" width="{width}" height="{height}" viewBox="0 0 {width} {height}" xmlns="http://www.w3.org/2000/svg">']
-    parts.append(f'<rect x="{ml}" y="{mt}" width="{width - ml - mr}" height="{height - mt - mb}" fill="#fff" stroke="#c9ced4"/>')
-    for t in np.linspace(lo + pad, hi - pad, 5):
-        parts.append(f'<line x1="{sx(t):.1f}" y1="{height - mb}" x2="{sx(t):.1f}" y2="{height - mb + 4}" stroke="#888"/>')
-        parts.append(f'<text x="{sx(t):.1f}" y="{height - mb + 16}" text-anchor="middle">{t:.3g}</text>')
-        parts.append(f'<line x1="{ml - 4}" y1="{sy(t):.1f}" x2="{ml}" y2="{sy(t):.1f}" stroke="#888"/>')
-        parts.append(f'<text x="{ml - 6}" y="{sy(t) + 4:.1f}" text-anchor="end">{t:.3g}</text>')
-    parts.append(f'<line x1="{sx(lo):.1f}" y1="{sy(lo):.1f}" x2="{sx(hi):.1f}" y2="{sy(hi):.1f}" stroke="#bbb" stroke-dasharray="4 4"/>')
-    for x, y in zip(tr["label"], tr["score"], strict=False):
-        parts.append(f'<circle cx="{sx(x):.1f}" cy="{sy(y):.1f}" r="2.6" fill="#9aa5b1" fill-opacity="0.45"/>')
-    for x, y in zip(te["label"], te["score"], strict=False):
-        parts.append(f'<circle cx="{sx(x):.1f}" cy="{sy(y):.1f}" r="3.2" fill="#3b7dd8" fill-opacity="0.8"/>')
-    parts.append(f'<text x="{(ml + width - mr) / 2:.0f}" y="{height - 8}" text-anchor="middle">human label</text>')
-    parts.append(f'<text x="14" y="{(mt + height - mb) / 2:.0f}" text-anchor="middle" transform="rotate(-90 14 {(mt + height - mb) / 2:.0f})">evaluator score</text>')
-    parts.append(f'<circle cx="{ml + 12}" cy="{mt + 12}" r="3.2" fill="#3b7dd8"/><text x="{ml + 20}" y="{mt + 16}">test</text>')
-    parts.append(f'<circle cx="{ml + 56}" cy="{mt + 12}" r="2.6" fill="#9aa5b1"/><text x="{ml + 64}" y="{mt + 16}">train</text>')
-    parts.append("</svg>")
-    return "".join(parts)
-
-
 _SAFE_SCHEMES = ("http://", "https://", "#", "mailto:")
 
 
@@ -270,28 +248,32 @@ def render_html(result: FitResult) -> str:
         out.append(f"<div><b>Task:</b> {e(a['task'])}</div>")
     out.append(
         f"<div><b>Data:</b> {e(str(d['source']))} — {d['n_labelled']} labelled rows ({d['n_excluded_missing_target']} without label excluded); "
-        f"{d['n_train']} train / {d['n_test']} test, {e(a['method']['split'])}, seed {a['method']['seed']}</div>"
+        f"{e(split_line(a))}</div>"
         f"<div><b>Label:</b> {e(a['label']['kind'])}, range {a['label']['min']:g}..{a['label']['max']:g} · "
         f"<b>autometrics-sdk</b> {e(a['package_version'])} · {e(a['created_at'])} · data {e(d['fingerprint'][:19])}…</div></div>"
     )
+    ok, sentence = validity_view(a)
+    out.append(f"<div class='{'ok' if ok else 'warn'}' id='validity' data-validated='{str(ok).lower()}'>"
+               f"<b>{'✔' if ok else '⚠'}</b> {e(sentence)}</div>")
+    cross = te.get("method") == "cross-fit"
     out.append("<div class='cards'>")
     out.append(
-        f"<div class='stat' id='heldout-tau'><div class='l'>Held-out Kendall τ</div><div class='v'>{fmt_number(te.get('tau'))}</div>"
+        f"<div class='stat' id='heldout-tau'><div class='l'>{'Cross-fitted' if cross else 'Held-out'} Kendall τ</div><div class='v'>{fmt_number(te.get('tau'))}</div>"
         f"<div class='l'>95% CI [{fmt_number(te.get('ci_low'))}, {fmt_number(te.get('ci_high'))}] · p = {fmt_p(te.get('p_value'))} · n = {te.get('n')}</div></div>"
     )
     tr = st["train"]
-    out.append(f"<div class='stat'><div class='l'>Train Kendall τ</div><div class='v'>{fmt_number(tr.get('tau'))}</div><div class='l'>n = {tr.get('n')}</div></div>")
+    out.append(f"<div class='stat'><div class='l'>{'In-sample' if cross else 'Train'} Kendall τ</div><div class='v'>{fmt_number(tr.get('tau'))}</div><div class='l'>n = {tr.get('n')}</div></div>")
     if st.get("best_single_metric"):
         b = st["best_single_metric"]
         out.append(
-            f"<div class='stat'><div class='l'>Best single metric (chosen on train)</div><div class='v'>{fmt_number(b['test'].get('tau'))}</div>"
-            f"<div class='l'>{e(b['feature'])} on test · CI [{fmt_number(b['test'].get('ci_low'))}, {fmt_number(b['test'].get('ci_high'))}]</div></div>"
+            f"<div class='stat'><div class='l'>Best single metric ({'chosen in each fold' if cross else 'chosen on train'})</div><div class='v'>{fmt_number(b['test'].get('tau'))}</div>"
+            f"<div class='l'>{e(b['feature'])} {'cross-fitted' if cross else 'on test'} · CI [{fmt_number(b['test'].get('ci_low'))}, {fmt_number(b['test'].get('ci_high'))}]</div></div>"
         )
     if st.get("blackbox_reference"):
         r = st["blackbox_reference"]
         out.append(
             f"<div class='stat' id='blackbox'><div class='l'>Black-box reference (not interpretable)</div><div class='v'>{fmt_number(r['test'].get('tau'))}</div>"
-            f"<div class='l'>{e(r['model'])} on test · CI [{fmt_number(r['test'].get('ci_low'))}, {fmt_number(r['test'].get('ci_high'))}]</div></div>"
+            f"<div class='l'>{e(r['model'])} {'cross-fitted' if cross else 'on test'} · CI [{fmt_number(r['test'].get('ci_low'))}, {fmt_number(r['test'].get('ci_high'))}]</div></div>"
         )
     out.append("</div>")
     if a["warnings"]:
@@ -316,7 +298,7 @@ def render_html(result: FitResult) -> str:
         )
     out.append("</table>")
     out.append("<h2>Evaluator score vs human label (test points solid, train points faint)</h2>")
-    out.append(_svg_scatter(result))
+    out.append(svg_scatter(result))
 
     out.append(f"<h2>All candidate metrics ({st['n_candidates']}, {st['n_usable_candidates']} usable)</h2><details><summary>Show the table</summary>")
     out.append("<table><tr><th>metric</th><th>τ train</th><th>τ test</th><th>stage-1 weight</th><th>missing</th><th>selected</th></tr>")

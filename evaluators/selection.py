@@ -42,10 +42,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 from autometrics.evaluators.regression import LinearSelector, prepare
-from autometrics.evaluators.stats import kendall_tau
+from autometrics.evaluators.stats import kendall_tau, kendall_taus
 
 __all__ = [
     "NNLSMetricSelector",
+    "PreparedMetrics",
     "ElasticNetMetricSelector",
     "SingleMetricSelector",
     "RegressionChoice",
@@ -72,8 +73,9 @@ def train_taus(X, y, cols) -> np.ndarray:
     """Kendall tau-b of each raw metric column with y (NaN rows dropped), NaN where undefined or
     not in ``cols``: the same "train tau" the fit report shows per candidate."""
     out = np.full(X.shape[1], np.nan)
-    for j in cols:
-        out[j] = kendall_tau(X[:, j], y)[0]
+    cols = np.asarray(list(cols), dtype=int)
+    if len(cols):
+        out[cols] = kendall_taus(np.asarray(X, dtype=float)[:, cols], y)
     return out
 
 
@@ -106,6 +108,59 @@ def leader_clusters(order: list[int], rho: np.ndarray, threshold: float | None) 
         reps[j] = []
         rep_pos.append(k)
     return reps
+
+
+class PreparedMetrics:
+    """What NNLS selection computes from the metric matrix alone, before it sees a label: the
+    imputation and standardisation (:func:`~.regression.prepare`), |Spearman ρ| between the
+    metrics, and each metric's pairwise order signs, so that Kendall's τ with any label vector is
+    one matrix-vector product (:meth:`taus`).  A cross-fitted permutation test refits on the same
+    training rows once per permutation of the labels; preparing each fold's rows once makes
+    those refits several times cheaper.  Pairwise signs are kept only while they fit in
+    ``max_cells`` floats; beyond that :meth:`taus` falls back to :func:`train_taus`."""
+
+    def __init__(self, X, generated=None, *, max_cells: int = 8_000_000):
+        X = np.asarray(X, dtype=float)
+        self.X = X
+        self.generated = generated
+        dummy = np.zeros(X.shape[0])
+        _, _, self.generated_, self.impute, self.mean, self.scale, self.usable, self.Z = prepare(X, dummy, generated)
+        self.rho = abs_spearman(self.Z)
+        n, p = X.shape
+        self.signs = None
+        if n * n * p <= max_cells:
+            ok = np.isfinite(X)
+            self.ok = ok.astype(np.float32)
+            filled = np.where(ok, X, 0.0)
+            S = np.sign(filled[:, None, :] - filled[None, :, :]) * (self.ok[:, None, :] * self.ok[None, :, :])
+            self.signs = S.reshape(n * n, p).astype(np.float32)  # rows: pairs (i, j); columns: metrics
+            self.n_x = np.abs(self.signs).sum(axis=0)
+
+    def taus(self, y) -> np.ndarray:
+        """Kendall τ-b of each usable metric with ``y`` (NaN for the others), as :func:`train_taus`."""
+        y = np.asarray(y, dtype=float)
+        cols = np.flatnonzero(self.usable)
+        if self.signs is None:
+            return train_taus(self.X, y, cols)
+        sy = np.sign(y[:, None] - y[None, :])
+        num = sy.reshape(-1).astype(np.float32) @ self.signs
+        ny = ((np.abs(sy).astype(np.float32) @ self.ok) * self.ok).sum(axis=0)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            tau = np.where((self.n_x > 0) & (ny > 0) & (self.ok.sum(axis=0) >= 3), num / np.sqrt(self.n_x * ny), np.nan)
+        out = np.full(self.X.shape[1], np.nan)
+        out[cols] = tau[cols]
+        return out.astype(float)
+
+
+def prepare_checked(prepared: PreparedMetrics, y):
+    """:func:`~.regression.prepare`'s result for a prepared matrix and these labels."""
+    y = np.asarray(y, dtype=float)
+    if y.shape != (prepared.X.shape[0],):
+        raise ValueError(f"y must have one label per row of the prepared metrics ({prepared.X.shape[0]}), got {y.shape}")
+    if np.isnan(y).any():
+        raise ValueError("y contains NaN: drop unlabelled rows before fitting")
+    return (prepared.X, y, prepared.generated_, prepared.impute, prepared.mean, prepared.scale, prepared.usable,
+            prepared.Z)
 
 
 def _nnls(A: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -145,12 +200,18 @@ class NNLSMetricSelector(LinearSelector):
         self.drop_negative_generated = drop_negative_generated
         self.dedup_threshold = dedup_threshold
 
-    def fit(self, X, y, *, generated=None) -> NNLSMetricSelector:
+    def fit(self, X, y, *, generated=None, prepared: PreparedMetrics | None = None) -> NNLSMetricSelector:
+        """``prepared``: the label-free work on this same ``X`` done once (:class:`PreparedMetrics`),
+        for callers that refit on the same rows with other labels (cross-fitted permutation tests)."""
         if self.top_n < 1:
             raise ValueError(f"top_n must be >= 1, got {self.top_n}")
-        X, y, generated, impute, mean, scale, usable, Z = prepare(X, y, generated)
+        if prepared is None:
+            X, y, generated, impute, mean, scale, usable, Z = prepare(X, y, generated)
+            tau = train_taus(X, y, np.flatnonzero(usable))
+        else:
+            X, y, generated, impute, mean, scale, usable, Z = prepare_checked(prepared, y)
+            tau = prepared.taus(y)
         p = X.shape[1]
-        tau = train_taus(X, y, np.flatnonzero(usable))
         sign = np.where(np.isfinite(tau), np.sign(np.nan_to_num(tau)), 0.0)
         if self.drop_negative_generated:
             sign = np.where(generated & (sign < 0), 0.0, sign)
@@ -162,7 +223,8 @@ class NNLSMetricSelector(LinearSelector):
         yc = y - y.mean()
         w_all = _nnls(Z[:, cands] * sign[cands], yc)
         if self.dedup_threshold is not None and len(cands) > 1:
-            groups = leader_clusters(cands, abs_spearman(Z[:, cands]), self.dedup_threshold)
+            rho = abs_spearman(Z[:, cands]) if prepared is None else prepared.rho[np.ix_(cands, cands)]
+            groups = leader_clusters(cands, rho, self.dedup_threshold)
             # each group is represented by the member least squares leans on most (ties: best |tau|)
             weight = dict(zip(cands, w_all, strict=True))
             clusters = {}

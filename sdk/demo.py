@@ -97,8 +97,12 @@ class DemoApp:
 
 
 def run_demo(out_dir="autometrics-demo", *, no_llm: bool = False, seed: int = 0, n_boot: int = 500, quiet: bool = False,
-             first: int = 120, second: int = 100, late: int = 80) -> dict:
-    """Run the demo into ``out_dir`` (its trace store and dashboard are replaced); returns a summary."""
+             first: int = 120, second: int = 100, late: int = 80, shuffle_feedback: bool = False,
+             promote_unvalidated: bool = False) -> dict:
+    """Run the demo into ``out_dir`` (its trace store and dashboard are replaced); returns a summary.
+    ``shuffle_feedback``: the ratings are moved between inputs (whole inputs at a time) before
+    they are recorded, so they carry no signal: the null check of the loop (nothing should be
+    promoted, and nothing scored by an evaluator that is not validated)."""
     import autometrics
     import pandas as pd
     from autometrics import capture
@@ -106,6 +110,7 @@ def run_demo(out_dir="autometrics-demo", *, no_llm: bool = False, seed: int = 0,
     from autometrics.dashboards.render import write_dashboard
     from autometrics.evaluators.continuous.monitor import Monitor, MonitorConfig
     from autometrics.evaluators.data import builtin_dataset_path
+    from autometrics.evaluators.evaluator import Evaluator
 
     started = time.perf_counter()
     out = Path(out_dir).expanduser().resolve()
@@ -123,6 +128,13 @@ def run_demo(out_dir="autometrics-demo", *, no_llm: bool = False, seed: int = 0,
         rest = None
 
     rows = pd.read_csv(builtin_dataset_path("simpeval")).sample(frac=1.0, random_state=seed).reset_index(drop=True)
+    if shuffle_feedback:
+        import numpy as np
+        from autometrics.evaluators.validity import group_permutation
+
+        src = group_permutation(rows["input"].astype(str).to_numpy(), np.random.default_rng(seed))
+        rows["score"] = rows["score"].to_numpy()[src]
+        _say(quiet, "null check: the ratings were moved between inputs, so they carry no signal")
     n = len(rows)
     first, second = min(first, n // 3), min(second, n // 3)
     store = TraceStore(f"sqlite:///{db}")
@@ -130,7 +142,8 @@ def run_demo(out_dir="autometrics-demo", *, no_llm: bool = False, seed: int = 0,
                       langfuse=os.environ.get("AUTOMETRICS_LANGFUSE", "auto"))
     app = DemoApp(rows)
     monitor = Monitor(store, MonitorConfig(target=TARGET, project=DEMO_PROJECT, task=DEMO_TASK, llm_config=llm_config,
-                                           n_boot=n_boot, seed=seed, settle_seconds=0.0, min_feedback=30))
+                                           n_boot=n_boot, seed=seed, settle_seconds=0.0, min_feedback=30,
+                                           promote_unvalidated=promote_unvalidated))
     summary: dict = {"out": str(out), "store": str(db), "llm": llm_config is not None, "steps": []}
 
     def replay(part, with_feedback: bool) -> list[str]:
@@ -171,7 +184,10 @@ def run_demo(out_dir="autometrics-demo", *, no_llm: bool = False, seed: int = 0,
         return f"{len(late_ids)} late ratings recorded"
 
     step("late feedback on scored traces", late_feedback)
-    alerts = step("drift and live-validity check", lambda: monitor.check_drift() or "no new alerts")
+    refit_alerts = list(r1.alerts) + list(r2.alerts)
+    drift_alerts = step("drift and live-validity check", lambda: monitor.check_drift() or "no new alerts")
+    alerts = refit_alerts + (drift_alerts if isinstance(drift_alerts, list) else [])
+    _say(quiet, f"{len(alerts)} alert(s) in all: " + (", ".join(a["kind"] for a in alerts) if alerts else "none"))
     from autometrics.collectors.langfuse_export import langfuse_configured
 
     if langfuse_configured():
@@ -191,8 +207,12 @@ def run_demo(out_dir="autometrics-demo", *, no_llm: bool = False, seed: int = 0,
     hold = ((ch or {}).get("statistics", {}).get("holdout") or {}).get("challenger") or {}
     summary.update(dashboard=str(dash), refits=[str(r1), str(r2)], alerts=alerts, champion=ch["version"] if ch else None,
                    heldout=hold, seconds=round(time.perf_counter() - started, 1))
+    if ch is None:
+        _say(quiet, "no champion: no evaluator version was validated, so none scores traces (see the dashboard)")
     if ch:
-        _say(quiet, f"champion: v{ch['version']} — held-out Kendall tau {hold.get('tau', float('nan')):.3f} "
+        v = Evaluator(ch["artifact"]).validity
+        _say(quiet, f"champion v{ch['version']}: " + ("validated: " if v["validated"] else "NOT VALIDATED: ") + v["reason"])
+        _say(quiet, f"champion: v{ch['version']} — Kendall tau on the newest held-out feedback at its refit {hold.get('tau', float('nan')):.3f} "
                     f"(95% CI {hold.get('ci_low', float('nan')):.3f} .. {hold.get('ci_high', float('nan')):.3f}, "
                     f"p = {hold.get('p_value', float('nan')):.2g}, n = {hold.get('n')})")
     _say(quiet, f"done in {summary['seconds']:.0f}s. Open the dashboard: {dash.as_uri()}")

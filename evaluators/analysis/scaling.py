@@ -65,30 +65,6 @@ def scaling_sizes(n_pool: int, sizes=None) -> list[int]:
     return out + [n_pool]
 
 
-class _FixedSplitDataset(Dataset):
-    """A fully labelled dataset whose train/test split is given.  ``fit_evaluator`` and
-    ``fit_evaluator`` ask the dataset for its labelled rows and its split; this one answers
-    with itself and the given positions, so the package's own fit runs unchanged on our split."""
-
-    _train: np.ndarray
-    _test: np.ndarray
-
-    def labelled(self, target=None):
-        return self
-
-    def split_positions(self, test_size: float = 0.3, seed: int = 0):
-        return self._train.copy(), self._test.copy()
-
-
-def _fixed(lab: Dataset, train_rows: np.ndarray, test_rows: np.ndarray) -> _FixedSplitDataset:
-    rows = np.concatenate([train_rows, test_rows])
-    sub = lab.subset(rows)
-    fx = _FixedSplitDataset(**{f.name: getattr(sub, f.name) for f in dataclasses.fields(Dataset)})
-    fx._train = np.arange(len(train_rows))
-    fx._test = np.arange(len(train_rows), len(rows))
-    return fx
-
-
 def _order(pool: np.ndarray, y: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     """A seeded random order of ``pool`` whose first two rows have different labels."""
     order = rng.permutation(pool)
@@ -203,7 +179,7 @@ def run_scaling(
     test_ids = lab.frame["id"].to_numpy()[test_rows].astype(str)
 
     def fit(arm: str, train_rows: np.ndarray) -> np.ndarray:
-        fx = _fixed(lab, np.sort(train_rows), test_rows)
+        fx = lab.with_split(np.sort(train_rows), test_rows)  # the package's own fit, on our split
         if arm == ARM_BANK:
             X, meta, fnotes = features
             rows = np.concatenate([np.sort(train_rows), test_rows])

@@ -47,6 +47,7 @@ from autometrics.evaluators.continuous.drift import (
     validity_decay,
     validity_message,
 )
+from autometrics.evaluators.validity import data_label
 
 __all__ = ["MonitorConfig", "Monitor", "RefitOutcome"]
 
@@ -94,6 +95,9 @@ class MonitorConfig:
     validity_window: int = 200  # newest feedback (after the fit) used for validity decay
     drift: DriftThresholds = field(default_factory=DriftThresholds)  # when drift/validity statistics alert
     aggregate: str = "latest"
+    promote_unvalidated: bool = False  # make an evaluator champion even when its validity is not above chance
+    crossfit: object = None  # validity options (autometrics.evaluators.validity.CrossFit); None: the defaults
+    fit_test_size: float | None = None  # None: each fit cross-fits its validity; a share: the older split-and-test protocol
 
 
 @dataclass
@@ -103,6 +107,7 @@ class RefitOutcome:
     version: int | None = None
     evaluator_id: str | None = None
     statistics: dict = field(default_factory=dict)
+    alerts: list = field(default_factory=list)  # alerts this refit stored (counted with the run's other alerts)
 
     def __str__(self) -> str:
         v = f" v{self.version}" if self.version is not None else ""
@@ -227,7 +232,9 @@ class Monitor:
             except Exception as exc:
                 log.exception("refit failed")
                 out = RefitOutcome("error", f"{type(exc).__name__}: {exc}")
-                self.add_alert("refit_error", "warning", f"refit failed: {type(exc).__name__}: {exc}")
+                msg = f"refit failed: {type(exc).__name__}: {exc}"
+                out.alerts.append({"id": self.add_alert("refit_error", "warning", msg), "kind": "refit_error",
+                                   "severity": "warning", "message": msg})
             self._record_run(run_id, ended_ns=_now_ns(), outcome=out.outcome, message=out.message[:2000], evaluator_id=out.evaluator_id)
             return out
         finally:
@@ -253,7 +260,7 @@ class Monitor:
         train_pos, hold_pos = newest_holdout(frame, cfg.holdout_fraction)
         train, hold = frame.iloc[train_pos].reset_index(drop=True), frame.iloc[hold_pos].reset_index(drop=True)
         fit = fit_for_refit(train, cfg.target, cfg.task, cfg.llm_config, seed=cfg.seed, n_boot=cfg.n_boot, top_n=cfg.top_n,
-                            metrics=cfg.metrics)
+                            metrics=cfg.metrics, crossfit=cfg.crossfit, test_size=cfg.fit_test_size)
         challenger = fit.evaluator
         y_hold = hold[cfg.target].to_numpy(dtype=float)
         pred_c = holdout_predictions(challenger, hold)
@@ -265,11 +272,14 @@ class Monitor:
             except Exception as exc:  # e.g. a metric the champion needs no longer runs here
                 champ_note = f"the champion could not score the held-out feedback ({type(exc).__name__}: {exc})"
         cmp = compare(pred_c, pred_p, y_hold, n_boot=cfg.n_boot, seed=cfg.seed)
-        promote, reason = decide(cmp, has_champion=champ is not None and pred_p is not None)
+        validity = challenger.validity
+        promote, reason = decide(cmp, has_champion=champ is not None and pred_p is not None, validity=validity,
+                                 champion_validated=champ is None or champ.validated,
+                                 promote_unvalidated=cfg.promote_unvalidated)
         if champ_note:
             reason = f"{champ_note}; {reason}"
-        all_pred = np.concatenate([fit.result.train["score"].to_numpy(dtype=float),
-                                   fit.result.test["score"].to_numpy(dtype=float), pred_c])
+        # display only: the fit's held-out (or out-of-fold) scores and the newest held-out feedback's
+        all_pred = np.concatenate([fit.result.test["score"].to_numpy(dtype=float), pred_c])
         warnings = list(challenger.artifact.get("warnings", [])) + fit.notes
         hp = cmp.challenger.get("p_value")
         if hp is None or hp > 0.05:
@@ -288,26 +298,40 @@ class Monitor:
             "warnings": warnings,
             "notes": fit.notes,
             "champion_version": champ_row["version"] if champ_row else None,
+            "validity": validity,
         }
         evaluator_id = uuid.uuid4().hex
         number = self.store.add_version(
             cfg.project, cfg.target, evaluator_id=evaluator_id, promote=promote, reason=reason, method=fit.method,
             feedback_max_ns=int(frame["feedback_ns"].max()), n_feedback=int(len(frame)), artifact=challenger.artifact,
             report=render_markdown(fit.result), statistics=stats)
+        alerts = []
         if promote:
-            self._significance_alerts(evaluator_id, cmp)
-        return RefitOutcome("promoted" if promote else "rejected", reason, number, evaluator_id, stats)
+            alerts = self._significance_alerts(evaluator_id, cmp, validity)
+        elif not validity.get("validated"):
+            alerts = [self._alert("unvalidated", "warning", f"v{number} was not promoted, on the {data_label(validity)}: "
+                                  f"{reason}", evaluator_id, validity)]
+        return RefitOutcome("promoted" if promote else "rejected", reason, number, evaluator_id, stats, alerts)
 
-    def _significance_alerts(self, evaluator_id: str, cmp) -> None:
+    def _alert(self, kind: str, severity: str, message: str, evaluator_id: str | None, details=None) -> dict:
+        aid = self.add_alert(kind, severity, message, evaluator_id=evaluator_id, details=details)
+        return {"id": aid, "kind": kind, "severity": severity, "message": message}
+
+    def _significance_alerts(self, evaluator_id: str, cmp, validity: dict) -> list[dict]:
+        out = []
+        if not validity.get("validated"):
+            out.append(self._alert("unvalidated", "warning", "new champion is NOT validated (promoted by --promote-unvalidated), "
+                                   f"on the {data_label(validity)}: {validity.get('reason', '')}; its scores are marked "
+                                   "unvalidated", evaluator_id, validity))
         p = cmp.challenger.get("p_value")
         if p is None or p > 0.05:
-            self.add_alert("low_significance", "warning",
-                           f"new champion's held-out agreement is not significant (p={p if p is None else f'{p:.3g}'} > 0.05, n={cmp.n}); "
-                           "treat its scores as unvalidated and collect more feedback", evaluator_id=evaluator_id,
-                           details=cmp.challenger)
+            out.append(self._alert("low_significance", "warning",
+                                   f"new champion's agreement on the newest held-out feedback is not significant "
+                                   f"(p={p if p is None else f'{p:.3g}'} > 0.05, n={cmp.n})", evaluator_id, cmp.challenger))
         if cmp.n < MIN_SIGNIFICANT_N:
-            self.add_alert("small_n", "warning", f"new champion was validated on only {cmp.n} held-out feedback points",
-                           evaluator_id=evaluator_id, details={"n": cmp.n})
+            out.append(self._alert("small_n", "warning", f"new champion was compared on only {cmp.n} held-out feedback points",
+                                   evaluator_id, {"n": cmp.n}))
+        return out
 
     # ------------------------------------------------------------------ alerts
     def add_alert(self, kind: str, severity: str, message: str, *, evaluator_id: str | None = None, details=None) -> str:
@@ -430,5 +454,5 @@ class Monitor:
         if refit:
             out["refit"] = self.refit(force=force_refit)
         out["scored"] = self.score_new()
-        out["alerts"] = self.check_drift()
+        out["alerts"] = (out["refit"].alerts if refit else []) + self.check_drift()
         return out

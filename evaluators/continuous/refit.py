@@ -11,8 +11,10 @@ locking and storage; this module owns the statistics, so they can be tested on p
 - :func:`newest_holdout` splits by time, grouped by input: champion and challenger are judged on
   the most recent feedback (what the application sees now), and no input is on both sides.
 - :func:`compare` is a paired bootstrap of ``tau(challenger) - tau(champion)`` on that same
-  held-out set; :func:`decide` promotes only when the lower 95 % bound is above 0 (better beyond
-  noise), or when there is no champion yet.
+  held-out set; :func:`decide` promotes only a *validated* challenger (its cross-fitted
+  agreement on its training feedback is above chance, :mod:`~autometrics.evaluators.validity`;
+  ``promote_unvalidated`` lifts this), and only when the lower 95 % bound is above 0 (better
+  beyond noise), when there is no champion yet, or when the champion itself is unvalidated.
 """
 
 from __future__ import annotations
@@ -112,8 +114,9 @@ def fit_for_refit(
     seed: int = 0,
     n_boot: int = 1000,
     top_n: int = 5,
-    test_size: float = 0.3,
+    test_size: float | None = None,
     metrics=None,
+    crossfit=None,
 ) -> RefitFit:
     """Fit one evaluator for ``target`` on a training frame (``id,input,output,<target>``).
 
@@ -134,7 +137,7 @@ def fit_for_refit(
                 # "auto"/"embedded": the pipeline's defaults (the embedded local model)
                 options = LLMOptions() if isinstance(llm_config, str) else llm_config
                 result = fit_evaluator(data, target, task=task, llm_options=options, seed=seed, n_boot=n_boot, top_n=top_n,
-                                       test_size=test_size)
+                                       test_size=test_size, crossfit=crossfit)
                 return RefitFit(result, "autometrics-llm", notes)
             except Exception as exc:
                 log.warning("LLM refit failed, falling back to the LLM-free fit: %s: %s", type(exc).__name__, exc)
@@ -151,6 +154,7 @@ def fit_for_refit(
         n_boot=n_boot,
         top_n=top_n,
         test_size=test_size,
+        crossfit=crossfit,
     )
     return RefitFit(result, result.evaluator.artifact["method"]["name"], notes)
 
@@ -226,23 +230,35 @@ def compare(challenger_pred, champion_pred, human, *, n_boot: int = 1000, seed: 
     return Comparison(len(y), ch, cp, float(delta), lo, hi, n_boot)
 
 
-def decide(cmp: Comparison, *, has_champion: bool, min_holdout: int = MIN_HOLDOUT) -> tuple[bool, str]:
-    """(promote, reason): promote when there is no champion, else only when the lower bound of
-    the paired-bootstrap CI of the tau difference is above 0."""
+def decide(cmp: Comparison, *, has_champion: bool, min_holdout: int = MIN_HOLDOUT, validity: dict | None = None,
+           champion_validated: bool = True, promote_unvalidated: bool = False) -> tuple[bool, str]:
+    """(promote, reason): never an unvalidated challenger (``validity``, its verdict) unless
+    ``promote_unvalidated``; then promote when there is no champion or the champion is
+    unvalidated, else only when the lower bound of the paired-bootstrap CI of the tau difference
+    is above 0."""
     tau = cmp.challenger.get("tau")
+    validated = True if validity is None else bool(validity.get("validated"))
+    if not validated and not promote_unvalidated:
+        return False, (f"not validated, so not promoted: {validity.get('reason', '')} "
+                       "(--promote-unvalidated promotes it anyway, marked unvalidated)")
+    tag = "" if validated else "UNVALIDATED (promoted by --promote-unvalidated): "
     if not has_champion:
-        return True, "first evaluator version for this target (no champion to beat)"
+        return True, tag + "first evaluator version for this target (no champion to beat)"
+    replaces = validated and not champion_validated  # a validated challenger always replaces an unvalidated champion
+    instead = "validated, replacing an unvalidated champion: " + (validity or {}).get("reason", "")
     if cmp.n < min_holdout:
-        return False, f"held-out feedback too small to compare (n={cmp.n} < {min_holdout})"
+        return (True, instead) if replaces else (False, f"held-out feedback too small to compare (n={cmp.n} < {min_holdout})")
     if tau is None or cmp.delta is None or not math.isfinite(cmp.delta):
-        return False, "challenger's held-out tau is undefined"
+        return (True, instead) if replaces else (False, "challenger's held-out tau is undefined")
     if cmp.ci_low is None or not math.isfinite(cmp.ci_low):
-        return False, "bootstrap of the tau difference is undefined"
+        return (True, instead) if replaces else (False, "bootstrap of the tau difference is undefined")
     champ = cmp.champion.get("tau") if cmp.champion else None
     what = (f"tau {tau:.3f} vs champion {champ:.3f}" if champ is not None else f"tau {tau:.3f} vs champion (undefined)")
     span = f"difference {cmp.delta:+.3f}, 95% CI [{cmp.ci_low:+.3f}, {cmp.ci_high:+.3f}], n={cmp.n}"
     if cmp.ci_low > 0:
-        return True, f"better than the champion beyond noise on the newest held-out feedback: {what}; {span}"
+        return True, tag + f"better than the champion beyond noise on the newest held-out feedback: {what}; {span}"
+    if replaces:
+        return True, f"{instead} (on the newest held-out feedback: {what}; {span})"
     return False, f"not better than the champion beyond noise on the newest held-out feedback: {what}; {span}"
 
 

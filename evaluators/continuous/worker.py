@@ -91,21 +91,24 @@ class Worker:
         self.last: dict = {}
 
     # ---- jobs
-    def run(self, kind: str) -> dict:
-        """One job: ``refit`` (interval), ``refit-check`` (feedback count), ``score``; never raises."""
+    def run(self, kind: str, *, alerts: list | None = None) -> dict:
+        """One job: ``refit`` (interval), ``refit-check`` (feedback count), ``score``; never raises.
+        ``alerts``: alerts raised just before this job (e.g. by a refit), published and counted with its own."""
         with self._job_lock:
             out: dict = {"job": kind}
             try:
                 if kind == "refit":
                     out["refit"] = self.monitor.refit()
+                    out["alerts"] = list(out["refit"].alerts)
                 elif kind == "refit-check":
                     need = self.opts.min_new_feedback or 0
                     if need and self.monitor.new_feedback_count() >= need:
                         out["refit"] = self.monitor.refit(min_new_feedback=need)
+                        out["alerts"] = list(out["refit"].alerts)
                 elif kind == "score":
                     res = score_new(self.monitor, options=self.opts.scoring)
                     out["scored"], out["scoring"] = res.written, res
-                    out["alerts"] = self.monitor.check_drift()
+                    out["alerts"] = list(alerts or []) + self.monitor.check_drift()
                 self._publish(out)
             except Exception as exc:
                 log.exception("job %s failed", kind)
@@ -123,9 +126,11 @@ class Worker:
 
     def run_once(self, *, force_refit: bool = False) -> dict:
         """Refit (if due, or ``force_refit``), score, check drift, then the publishers."""
-        out = {"refit": self.monitor.refit(force=force_refit, min_new_feedback=self.opts.min_new_feedback or 1)}
-        log.info("%s", job_line(self.key, {"job": "refit", "refit": out["refit"]}))
-        out.update({k: v for k, v in self.run("score").items() if k != "job"})
+        refit = self.monitor.refit(force=force_refit, min_new_feedback=self.opts.min_new_feedback or 1)
+        log.info("%s", job_line(self.key, {"job": "refit", "refit": refit}))
+        out = {"refit": refit}
+        # the refit's alerts go out with the scoring job's: the count the CLI prints is what was logged and pushed
+        out.update({k: v for k, v in self.run("score", alerts=list(refit.alerts)).items() if k != "job"})
         return out
 
     # ---- scheduling

@@ -277,7 +277,7 @@ def _count_steps(counts: GeneratorCounts) -> list[GeneratorCounts]:
     return steps
 
 
-def plan_fit(budget: Budget, speed: Speed | None, *, n_lab: int, test_size: float, case_chars: float,
+def plan_fit(budget: Budget, speed: Speed | None, *, n_lab: int, test_size: float | None, case_chars: float,
              counts: GeneratorCounts, top_n: int, screening: ScreeningOptions | None, rationales: int = 3,
              bank_used: bool = False, local: bool = False, clip_chars: int | None = None, min_rows: int = 40,
              margin: float = 0.85, generate: bool = True) -> Plan:
@@ -285,12 +285,13 @@ def plan_fit(budget: Budget, speed: Speed | None, *, n_lab: int, test_size: floa
     up first: clipping long examples (1500, 800, 400 characters of input and of output), then
     candidates (:func:`_count_steps`), then training rows (whole groups, down to ``min_rows``
     labelled rows in all).  Held-out rows are never cut: the evaluator with judges is validated
-    on the same rows as the LLM-free one, which keeps every row."""
+    on the same rows as the LLM-free one, which keeps every row.  ``test_size`` None: no held-out
+    split (validity is cross-fitted on the rows the judges score)."""
     from autometrics.evaluators.llm.client import estimate_tokens
 
     secs_left, toks_left = budget.left()
     secs_ok, toks_ok = secs_left * margin, toks_left * margin
-    n_test = max(1, round(n_lab * test_size))
+    n_test = max(1, round(n_lab * test_size)) if test_size else 0
     row_steps = [n_lab]  # labelled rows: every held-out row, fewer and fewer training rows
     while True:
         nxt = n_test + int((row_steps[-1] - n_test) * 0.75)
@@ -332,9 +333,13 @@ def _plan(best, n_lab, n_test, fits, wanted: GeneratorCounts, speed, budget: Bud
     if n_have < n_want or k.example_sets < wanted.example_sets:
         notes.append(f"{n_have} of the {n_want} requested candidate judges"
                      + (" (no prompt-optimized judge)" if wanted.n_optimized and not k.n_optimized else ""))
-    if rows < n_lab:
+    if rows < n_lab and n_test:
         notes.append(f"judges score a seeded sample of {rows - n_test} of the {n_lab - n_test} training rows (whole "
                      f"groups) and all {n_test} held-out rows; the LLM-free evaluator keeps every row")
+    elif rows < n_lab:
+        notes.append(f"judges score a seeded sample of {rows} of the {n_lab} labelled rows (whole groups), on which "
+                     "the evaluator with judges is cross-fitted and compared with the LLM-free one; the LLM-free "
+                     "evaluator is fitted on every row")
     if not fits:
         notes.append("even this plan does not fit: the LLM-free evaluator is returned without LLM work")
     return Plan(k, clip, rows if rows < n_lab else None, n_lab, seconds, int(tokens), fits, stages, notes, speed,

@@ -50,6 +50,7 @@ from autometrics.evaluators.judges.screening import (
     Screener,
     base_predictions,
     sample_groups,
+    screened_fold_fit,
 )
 from autometrics.evaluators.llm.client import LLMCache, LLMClient, LLMConfig, LLMUnreachable, Usage, estimate_tokens
 
@@ -141,9 +142,9 @@ def _llm_free(lab, target, common, progress: bool = False, k: int = 8, dense: bo
     return free, feats, plan, None
 
 
-def fit_with_judges(ds, target: str, opts: LLMOptions, *, task: str | None = None, test_size: float = 0.3, seed: int = 0,
-                    top_n: int = 5, n_boot: int = 1000, regression: str = "nnls", progress: bool = False,
-                    dry_run: bool = False, echo=lambda *a, **k: None):
+def fit_with_judges(ds, target: str, opts: LLMOptions, *, task: str | None = None, test_size: float | None = None,
+                    seed: int = 0, top_n: int = 5, n_boot: int = 1000, regression: str = "nnls", progress: bool = False,
+                    dry_run: bool = False, crossfit=None, echo=lambda *a, **k: None):
     """Run the full method (module docstring) on a loaded dataset.  With ``dry_run=True``
     returns the plan from :func:`estimate_plan` (with ``opts.warmup`` also seconds per stage from
     a measured warm-up call) and makes no other call.  Called by
@@ -158,7 +159,8 @@ def fit_with_judges(ds, target: str, opts: LLMOptions, *, task: str | None = Non
     gen, judge = _clients(opts)
     for client in dict.fromkeys((gen, judge)):
         client.check_reachable()  # a down endpoint: a clear error now, not minutes of retries
-    common = {"task": task, "test_size": test_size, "seed": seed, "top_n": top_n, "n_boot": n_boot, "regression": regression}
+    common = {"task": task, "test_size": test_size, "seed": seed, "top_n": top_n, "n_boot": n_boot, "regression": regression,
+              "crossfit": crossfit}
     # the floor first (CPU only), so a budget plan knows the time that is left for the LLM
     free, (Xb, meta_b, notes_b), retrieval, why_no_free = (None, (pd.DataFrame(index=range(len(lab))), {}, []), None, None)
     if opts.use_bank != "never":
@@ -166,7 +168,7 @@ def fit_with_judges(ds, target: str, opts: LLMOptions, *, task: str | None = Non
                                                                         opts.dense)
         if why_no_free:
             notes.append(why_no_free)
-    counts, clip, budget, plan = opts.counts, opts.clip_chars, None, None
+    counts, clip, budget, plan, free_same = opts.counts, opts.clip_chars, None, None, None
     given = [s if isinstance(s, JudgeSpec) else JudgeSpec.from_dict(s) for s in opts.judge_specs or []]
     if given:  # planned as that many candidates; a plan may keep only the first ones
         counts = dataclasses.replace(counts, n_single=len(given), n_rubric=0, n_example=0, n_optimized=0, n_code=0)
@@ -186,6 +188,12 @@ def fit_with_judges(ds, target: str, opts: LLMOptions, *, task: str | None = Non
             tr_full, te_full = lab.split_positions(test_size, seed)
             keep = tr_full[sample_groups(lab.frame["group"].to_numpy()[tr_full], plan.rows - len(te_full), seed)]
             lab, Xb = lab.with_split(keep, te_full), Xb.iloc[np.r_[keep, te_full]].reset_index(drop=True)
+            if free is not None and not len(te_full):
+                # cross-fitted: the floor is compared on the rows the judges score (the same folds)
+                try:
+                    free_same = fit_on_features(lab, target, (Xb, meta_b, notes_b), **common)
+                except (DataError, ValueError) as exc:
+                    notes.append(f"the LLM-free evaluator could not be cross-fitted on the judges' rows ({exc})")
             bank_used = _bank_used(opts, len(lab))
     if not bank_used:
         note = _bank_note(opts, len(lab))
@@ -256,8 +264,16 @@ def fit_with_judges(ds, target: str, opts: LLMOptions, *, task: str | None = Non
         for c in outcome.finalists:
             X[c.name] = screener.values[c.name]
             meta[c.name] = c.meta()
+        fold = None
+        if opts.screen and not lab.has_holdout(test_size) and outcome.finalists:
+            # cross-fitted validity re-screens the finalists inside each fold (on its training rows only)
+            names = list(X.columns)
+            fold = screened_fold_fit([names.index(c) for c in base_cols], [names.index(c.name) for c in outcome.finalists],
+                                     [c.positive for c in outcome.finalists], groups, min_gain=opts.screening.min_gain,
+                                     regression=regression, top_n=top_n, generated=[meta[c]["generated"] for c in names])
         result, stopped = _fit_with_candidates(lab, target, X, meta, notes_b, outcome, screener, test_pos, train_pos, y,
-                                               budget=budget, screened=opts.screen, free=free, common=common, started=started)
+                                               budget=budget, screened=opts.screen, free=free, common=common, started=started,
+                                               fold=fold)
         prefix_cache = art.prefix_cache_report(before, art.scoring_counters(judge))
         if result is None and free is None:
             fates = "; ".join(f"{k}: {v['fate']} ({v['detail']})" for k, v in outcome.fates.items()) or "no candidate"
@@ -265,7 +281,7 @@ def fit_with_judges(ds, target: str, opts: LLMOptions, *, task: str | None = Non
                             f"(--use-bank never): {fates}. " + " ".join(notes))
 
         # ----------------------------------------------------------------- the floor
-        returned, why = _floor(result, free, {c.name for c in cands}, stopped, bool(outcome.finalists))
+        returned, why = _floor(result, free, {c.name for c in cands}, stopped, bool(outcome.finalists), free_same)
         say(("returned the evaluator with judges: " if returned is result else "returned the LLM-free evaluator: ") + why)
         a = returned.evaluator.artifact
         weights = {f["feature"]: f["weight"] for f in (result.evaluator.features if result else [])}
@@ -322,7 +338,7 @@ def fit_with_judges(ds, target: str, opts: LLMOptions, *, task: str | None = Non
 
 
 def _fit_with_candidates(lab, target, X, meta, notes_b, outcome, screener, test_pos, train_pos, y, *, budget, screened: bool,
-                         free, common: dict, started: float) -> tuple:
+                         free, common: dict, started: float, fold=None) -> tuple:
     """(the evaluator with the finalists, the budget's stop reason): with screening, the finalists
     the regression selects on the training rows are scored on the held-out rows first.  None when
     there is nothing to fit, the budget stopped, or the regression finds nothing it may use (then
@@ -332,8 +348,8 @@ def _fit_with_candidates(lab, target, X, meta, notes_b, outcome, screener, test_
         return None, stopped
     feats = (X, meta, list(notes_b))
     try:
-        if screened and outcome.finalists:
-            first = fit_on_features(lab, target, feats, **{**common, "n_boot": 0})
+        if screened and outcome.finalists and len(test_pos):
+            first = fit_on_features(lab, target, feats, **{**common, "n_boot": 0, "crossfit": None})
             chosen = {f["feature"] for f in first.evaluator.features}
             screener.reserve_rows = 0
             if budget is not None:
@@ -343,7 +359,11 @@ def _fit_with_candidates(lab, target, X, meta, notes_b, outcome, screener, test_
                 X[c.name] = screener.values[c.name]
                 if stopped:
                     outcome.fates[c.name] = {"fate": "budget", "detail": f"passed screening, not validated: {stopped}"}
-        return (None if stopped else fit_on_features(lab, target, feats, started=started, **common)), stopped
+        if stopped:
+            return None, stopped
+        scope = ("judge generation and the early screening rounds used every labelled row; the last screening "
+                 "round, selection and weighting ran inside each fold") if fold is not None else ""
+        return fit_on_features(lab, target, feats, started=started, fold_fit=fold, scope=scope, **common), stopped
     except ValueError as exc:  # e.g. every candidate disagrees with the labels: nothing the regression may use
         if free is None:
             raise
@@ -361,9 +381,10 @@ def _tau(res) -> str:
     return "undefined" if t is None else f"{t:.3f}"
 
 
-def _floor(result, free, candidate_names: set, stopped: str | None, finalists: bool = False) -> tuple:
+def _floor(result, free, candidate_names: set, stopped: str | None, finalists: bool = False, free_same=None) -> tuple:
     """(returned result, why): the evaluator with judges only when one of them is in it and it
-    beats the LLM-free evaluator on the held-out rows."""
+    beats the LLM-free evaluator on the held-out rows (cross-fitted: on the same folds;
+    ``free_same`` is the LLM-free procedure on the judges' rows when a budget cut them)."""
     if result is None:
         if stopped:
             return free, f"the evaluator with judges could not be validated ({stopped})"
@@ -373,10 +394,12 @@ def _floor(result, free, candidate_names: set, stopped: str | None, finalists: b
         return result, "no LLM-free evaluator to compare with"
     if not any(f["feature"] in candidate_names for f in result.evaluator.features):
         return free, "no judge was selected"
-    tj, tf = result.evaluator.statistics["test"]["tau"], free.evaluator.statistics["test"]["tau"]
+    cmp = free_same or free
+    tj, tf = result.evaluator.statistics["test"]["tau"], cmp.evaluator.statistics["test"]["tau"]
+    what = "held-out" if result.evaluator.statistics["test"].get("method") != "cross-fit" else "cross-fitted"
     if tj is None or (tf is not None and tj <= tf):
-        return free, f"held-out τ with judges {_tau(result)} is not above the LLM-free {_tau(free)}"
-    return result, f"held-out τ with judges {_tau(result)} > LLM-free {_tau(free)}"
+        return free, f"{what} τ with judges {_tau(result)} is not above the LLM-free {_tau(cmp)}"
+    return result, f"{what} τ with judges {_tau(result)} > LLM-free {_tau(cmp)}"
 
 
 def _return_free(free, lab, started, gen, judge, opts, plan, budget, notes, why):

@@ -409,7 +409,7 @@ def plan_retrieval(task: str | None, target: str, metrics: list, outputs, inputs
     return RetrievalPlan(always + chosen, always, chosen, fates, [int(r) for r in rows], k, notes)
 
 
-def score_bank(lab, target: str, task: str | None = None, *, test_size: float = 0.3, seed: int = 0, k: int = EXPENSIVE_K,
+def score_bank(lab, target: str, task: str | None = None, *, test_size: float | None = None, seed: int = 0, k: int = EXPENSIVE_K,
                progress: bool = False, dense: bool = True) -> tuple:
     """The MetricBank features a fit regresses on: ``((X, meta, notes), metrics, unavailable, plan)``.
 

@@ -39,7 +39,8 @@ from autometrics.evaluators.judges.options import ScreeningOptions
 from autometrics.evaluators.stats import kendall_tau
 
 __all__ = ["Candidate", "FunctionCandidate", "JudgeCandidate", "CandidateContext", "Screener", "ScreeningOutcome",
-           "added_tau", "base_predictions", "stratified_groups", "schedule", "sample_groups", "candidate_calls"]
+           "added_tau", "base_predictions", "stratified_groups", "schedule", "sample_groups", "candidate_calls",
+           "screened_fold_fit"]
 
 log = logging.getLogger("autometrics")
 
@@ -206,6 +207,33 @@ def base_predictions(X, y, groups, train_pos, *, regression: str = "nnls", top_n
         except ValueError:  # nothing varies in this fold: no information
             pred[train_pos[te]] = yt[tr].mean()
     return pred
+
+
+def screened_fold_fit(base_cols: list[int], cand_cols: list[int], positive: list[bool], groups, *, min_gain: float,
+                      regression: str = "nnls", top_n: int = 5, generated=None):
+    """The fit with candidates as a fold procedure for cross-fitted validity
+    (:func:`~autometrics.evaluators.validity.crossfit_validity`): on the fold's training rows
+    only, the metrics already in (``base_cols``) give their out-of-fold prediction, each
+    candidate (``cand_cols``) is kept when it adds more than ``min_gain`` τ to it (the
+    screener's last-round rule, :func:`added_tau`), and the regression selects and weights the
+    base metrics and the kept candidates.  So a candidate's place in the evaluator is decided
+    without the labels of the rows it is then judged on."""
+    from autometrics.evaluators.selection import make_selector
+
+    groups = np.asarray(groups).astype(str)
+    name = regression if regression != "auto" else "nnls"
+
+    def fit_predict(Xa, tr, te, y):
+        base = base_predictions(Xa[:, base_cols], y, groups, tr, top_n=top_n) if base_cols else None
+        keep = [j for j, pos in zip(cand_cols, positive, strict=True)
+                if _finite(added_tau(Xa[:, j], y, groups, tr, base, positive=pos)["gain"]) > min_gain]
+        cols = list(base_cols) + keep
+        if not cols:
+            raise ValueError("no metric and no candidate that adds on this fold's training rows")
+        gen = None if generated is None else [generated[c] for c in cols]
+        return make_selector(name, top_n=top_n).fit(Xa[tr][:, cols], y[tr], generated=gen).predict(Xa[te][:, cols])
+
+    return fit_predict
 
 
 # ------------------------------------------------------------------------- the screener

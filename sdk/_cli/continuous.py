@@ -44,6 +44,9 @@ def _fit_opts(p: argparse.ArgumentParser) -> None:
     p.add_argument("--n-boot", type=count(0, N_BOOT_MAX), default=1000,
                    help="bootstrap resamples (CIs and the paired comparison; 0: none)")
     p.add_argument("--metrics", default=None, help="comma-separated MetricBank names (default: every reference-free metric)")
+    p.add_argument("--promote-unvalidated", action="store_true",
+                   help="let an evaluator whose cross-fitted agreement is not above chance become champion (its scores "
+                        "are then marked unvalidated everywhere); default: it is stored but not promoted")
 
 
 def _drift_opts(p: argparse.ArgumentParser) -> None:
@@ -199,6 +202,11 @@ def add_commands(subparsers) -> None:
     m.add_argument("--seed", type=seed, default=0)
     m.add_argument("--n-boot", type=count(0, N_BOOT_MAX), default=500)
     m.add_argument("--serve", action="store_true", help="serve the dashboard on 127.0.0.1 afterwards until Ctrl-C")
+    m.add_argument("--shuffle-feedback", action="store_true",
+                   help="null check: move the ratings between inputs before recording them (no signal left); "
+                        "nothing should be promoted")
+    m.add_argument("--promote-unvalidated", action="store_true",
+                   help="let an evaluator that is not validated become champion (its scores are marked unvalidated)")
     m.add_argument("--port", type=port, default=8765)
 
 
@@ -234,6 +242,7 @@ def _monitor(args, *, create: bool = False, **over):
         cfg.holdout_fraction = args.holdout
         cfg.n_boot = args.n_boot
         cfg.metrics = [x.strip() for x in args.metrics.split(",")] if args.metrics else None
+        cfg.promote_unvalidated = args.promote_unvalidated
     for k, val in over.items():
         setattr(cfg, k, val)
     return Monitor(args.store if create else _existing_store(args.store), cfg)
@@ -298,6 +307,8 @@ def cmd_refit(args) -> int:
     mon = _monitor(args)
     out = mon.refit(force=args.force)
     print(out)
+    for a in out.alerts:
+        print(f"alert ({a['kind']}): {a['message']}")
     return 0 if out.outcome in ("promoted", "rejected", "skipped") else 1
 
 
@@ -320,7 +331,7 @@ def cmd_versions(args) -> int:
                 st = x["statistics"]
                 return ({k: v for k, v in x.items() if k != "statistics"}
                         | {"heldout": st.get("holdout") or {}, "fit_test": (st.get("fit") or {}).get("test") or {},
-                           "live_validity": st.get("live_validity") or {},
+                           "live_validity": st.get("live_validity") or {}, "validity": fig.validity(x),
                            "computed_on": {"heldout": fig.holdout(x)[1], "fit_test": fig.fit_test(x)[1], "live_validity": fig.live(x)[1]}})
 
             print(json.dumps([row(x) for x in vs], default=str, indent=1))
@@ -328,10 +339,11 @@ def cmd_versions(args) -> int:
         if not vs:
             print(f"no evaluator versions for target {mon.cfg.target!r} in project {mon.cfg.project!r}")
             return 0
-        print(f"{'ver':>4}  {'status':<9} {'method':<16} {'n':>5}  {'on the ' + fig.HOLDOUT + ' (champion/challenger)':<56} "
-              f"{'on the ' + fig.FIT_TEST:<44} reason")
+        print(f"{'ver':>4}  {'status':<9} {'method':<16} {'n':>5}  {'validated':<9}  "
+              f"{'on the ' + fig.HOLDOUT + ' (champion/challenger)':<56} {'on the ' + fig.FIT_TEST + ' or ' + fig.FIT_CROSS:<44} reason")
         for x in vs:
-            print(f"{'v' + str(x['version']):>4}  {x['status']:<9} {x['method'] or '':<16} {x['n_feedback'] or 0:>5}  "
+            ok = "yes" if fig.validity(x).get("validated") else "NO"
+            print(f"{'v' + str(x['version']):>4}  {x['status']:<9} {x['method'] or '':<16} {x['n_feedback'] or 0:>5}  {ok:<9}  "
                   f"{_fmt_stats(fig.holdout(x)[0]):<56} {_fmt_stats(fig.fit_test(x)[0]):<44} {x['reason'] or ''}")
         return 0
     if args.versions_command == "show":
@@ -393,7 +405,8 @@ def cmd_demo(args) -> int:
 
     out = check_out_folder(args.out, ["traces.db", "dashboard.html"])
     _not_a_real_store(out / "traces.db", DEMO_PROJECT)
-    res = run_demo(args.out, no_llm=args.no_llm, seed=args.seed, n_boot=args.n_boot)
+    res = run_demo(args.out, no_llm=args.no_llm, seed=args.seed, n_boot=args.n_boot, shuffle_feedback=args.shuffle_feedback,
+                   promote_unvalidated=args.promote_unvalidated)
     if args.serve:
         from autometrics.dashboards.server import DashboardServer
         from autometrics.evaluators.continuous.monitor import Monitor, MonitorConfig

@@ -2,7 +2,7 @@
 
 Shapes kept stable (scripts depend on them; options may be added):
   autometrics fit DATA --target COL [--task TEXT] [--input-col] [--output-col] [--reference-col ...]
-                  [--test-size 0.3] [--seed 0] [--top-n 5] [--regression nnls|pls|enet|single|auto] --out DIR
+                  [--test-size F | --folds 5 --repeats 5 --permutations 99] [--seed 0] [--top-n 5] [--regression nnls|pls|enet|single|auto] --out DIR
   autometrics fit sqlite:////abs/app.db|app.db|postgresql+psycopg://... --target FEEDBACK [--project P] [--since 7d|DATE] ...
                   (from the trace store: the frame the worker refits on)
   autometrics score EVALUATOR DATA --out FILE.csv
@@ -54,7 +54,15 @@ def _build_parser() -> argparse.ArgumentParser:
     f.add_argument("--reference-col", action="append", default=None, help="reference column(s); a column may hold a JSON list")
     f.add_argument("--id-col", default="id")
     f.add_argument("--group-col", default=None, help="split groups (default: the input text)")
-    f.add_argument("--test-size", type=fraction, default=0.3, help="held-out share of the labelled rows (0..1, default 0.3)")
+    f.add_argument("--test-size", type=fraction, default=None,
+                   help="keep this grouped share of the labelled rows (0..1) as a held-out test set and fit on the rest; "
+                        "default: none, the evaluator is fitted on every labelled row and its validity is cross-fitted")
+    f.add_argument("--folds", type=count(2, 20), default=5, help="grouped folds of the cross-fitted validity (default 5)")
+    f.add_argument("--repeats", type=count(1, 50), default=5,
+                   help="fold assignments of the cross-fitted validity, averaged (default 5)")
+    f.add_argument("--permutations", type=count(0, 10_000), default=99,
+                   help="most label permutations of the validity test (group blocks; stops early when clearly not "
+                        "significant or clearly significant; 0: no test, never validated; default 99)")
     f.add_argument("--seed", type=seed, default=0)
     f.add_argument("--max-rows", type=count(10), default=None,
                    help="fit on a seeded sample of at most N labelled rows, made of whole groups (inputs)")
@@ -245,8 +253,8 @@ def _cmd_fit(args) -> int:
                 print(f"[{t}] note: {ds_t.warnings[-1]}")
         if use_llm:
             opts = _llm_options(args)
-            kw = dict(task=args.task, llm_options=opts, test_size=args.test_size, seed=args.seed, top_n=args.top_n,
-                      regression=args.regression,
+            kw = dict(task=args.task, llm_options=opts, test_size=args.test_size or 0.3, seed=args.seed, top_n=args.top_n,
+                      regression=args.regression, crossfit=_crossfit(args),
                       n_boot=args.n_boot, progress=not args.no_progress, dataset=ds_t)
             if args.dry_run:
                 _print_dry_run(t, fit_evaluator(args.data, t, dry_run=True, **kw), opts)
@@ -265,6 +273,7 @@ def _cmd_fit(args) -> int:
                 n_boot=args.n_boot,
                 progress=not args.no_progress,
                 dataset=ds_t,
+                crossfit=_crossfit(args),
             )
         if args.scaling or args.robustness:
             _fit_analyses(args, ds, t, result, metrics, use_llm)
@@ -274,6 +283,12 @@ def _cmd_fit(args) -> int:
         print("\n".join(lines))
         print(f"[{t}] wrote {paths['evaluator']}, {paths['html']}, {paths['markdown']}")
     return 0
+
+
+def _crossfit(args):
+    from autometrics.evaluators.validity import CrossFit
+
+    return CrossFit(folds=args.folds, repeats=args.repeats, permutations=args.permutations, n_boot=args.n_boot)
 
 
 def _ci(st: dict) -> str:
@@ -291,19 +306,28 @@ def _fit_summary(t: str, result, ds) -> list[str]:
     how = m.get("regression", "pls") + (f" (auto: {m['regression_choice']['note']})" if m.get("regression_choice") else "")
     lines.append(f"[{t}] regression: {how}")
     lines.append(f"[{t}] selected: " + ", ".join(f"{f['feature']} ({f['weight']:+.3f})" for f in result.evaluator.features))
+    cross = te.get("method") == "cross-fit"
+    what = "cross-fitted" if cross else "held-out"
     lines.append(
-        f"[{t}] held-out Kendall tau = {te['tau']:.3f} ({_ci(te)}, p = {_num(te.get('p_value'), '.3g')}, n = {te['n']})"
+        f"[{t}] {what} Kendall tau = {te['tau']:.3f} ({_ci(te)}, p = {_num(te.get('p_value'), '.3g')}, n = {te['n']})"
         if te["tau"] is not None
-        else f"[{t}] held-out Kendall tau undefined (n = {te['n']})"
+        else f"[{t}] {what} Kendall tau undefined (n = {te['n']})"
     )
+    v = result.evaluator.validity
+    lines.append(f"[{t}] " + ("validated: " if v["validated"] else "NOT VALIDATED: ") + v["reason"])
+    if cross:
+        lines.append(f"[{t}] the evaluator is fitted on all {result.evaluator.artifact['dataset']['n_labelled']} labelled "
+                     "rows; every figure above and below is cross-fitted on the same folds")
     if st.get("best_single_metric") and st["best_single_metric"]["test"]["tau"] is not None:
         b = st["best_single_metric"]
-        lines.append(f"[{t}] best single metric on train: {b['feature']}, held-out tau = {b['test']['tau']:.3f}")
+        lines.append(f"[{t}] best single metric" + (" (chosen in each fold)" if cross else " on train")
+                     + f": {b['feature']}, {what} tau = {b['test']['tau']:.3f}")
     bb = st.get("blackbox_reference")
     if bb and bb["test"]["tau"] is not None:
-        lines.append(f"[{t}] black-box reference ({bb['model']}), same split: held-out tau = {bb['test']['tau']:.3f}")
+        lines.append(f"[{t}] black-box reference ({bb['model']}), same " + ("folds" if cross else "split")
+                     + f": {what} tau = {bb['test']['tau']:.3f}")
     for w in result.evaluator.artifact["warnings"]:
-        if w not in ds.warnings:
+        if w not in ds.warnings and not w.startswith("not validated:"):  # said on the validity line above
             lines.append(f"[{t}] warning: {w}")
     llm = result.evaluator.artifact.get("llm")
     if llm:
@@ -346,7 +370,7 @@ def _fit_analyses(args, ds, target, result, metrics, use_llm) -> None:
     if args.scaling:
         from autometrics.evaluators.analysis.scaling import run_scaling
 
-        sc = run_scaling(None, target, dataset=ds, seeds=args.scaling_seeds, test_size=args.test_size, seed=args.seed,
+        sc = run_scaling(None, target, dataset=ds, seeds=args.scaling_seeds, test_size=args.test_size or 0.3, seed=args.seed,
                          top_n=args.top_n, metrics=metrics, llm_options=_llm_options(args) if use_llm else None,
                          task=args.task, progress=not args.no_progress)
         for line in sc.reading:

@@ -19,10 +19,12 @@ def test_fit_on_demo_data_produces_a_validated_evaluator(simpeval_fit):
     ev = simpeval_fit.evaluator
     st = ev.statistics
     assert 1 <= len(ev.features) <= 5
-    assert st["test"]["n"] + st["train"]["n"] == 360
+    # fitted on every row; agreement cross-fitted on every row (each predicted by a fit without it)
+    assert st["test"]["n"] == st["train"]["n"] == 360 and st["test"]["method"] == "cross-fit"
     assert st["test"]["ci_low"] <= st["test"]["tau"] <= st["test"]["ci_high"]
-    # the evaluator must beat chance on held-out data for this dataset
-    assert st["test"]["tau"] > 0.1 and st["test"]["p_value"] < 0.05
+    # the evaluator must beat chance out of sample on this dataset
+    assert st["test"]["tau"] > 0.1 and st["test"]["p_value"] < 0.05 and ev.validated
+    assert ev.validity["n_groups"] == 60 and ev.validity["tau"] == st["test"]["tau"]
     assert abs(sum(f["importance"] for f in ev.features) - 1) < 1e-9
     assert ev.artifact["dataset"]["fingerprint"].startswith("sha256:")
     assert ev.artifact["package_version"]
@@ -45,8 +47,8 @@ def test_loaded_evaluator_reproduces_fit_predictions(simpeval_fit, tmp_path):
     scored = ev.score("demo:simpeval")
     assert len(scored) == 360 and SCORE_COLUMN in scored
     by_id = scored.set_index("id")[SCORE_COLUMN]
-    test = simpeval_fit.test
-    np.testing.assert_allclose(by_id.loc[test["id"]].to_numpy(), test["score"].to_numpy(), rtol=1e-6, atol=1e-6)
+    shipped = simpeval_fit.train  # the evaluator's own scores of the rows it was fitted on (every row)
+    np.testing.assert_allclose(by_id.loc[shipped["id"]].to_numpy(), shipped["score"].to_numpy(), rtol=1e-6, atol=1e-6)
     for f in ev.features:
         assert f["feature"] in scored.columns
 
@@ -115,7 +117,7 @@ def test_pls_and_auto_regressions_are_selectable_and_auto_never_sees_the_test_sp
         return real(X, y, groups, generated, **kw)
 
     monkeypatch.setattr(induce, "choose_regression", spy)
-    auto = fit_evaluator("demo:simpeval", "score", n_boot=0, regression="auto")
+    auto = fit_evaluator("demo:simpeval", "score", n_boot=0, regression="auto", test_size=0.3)
     m = auto.evaluator.artifact["method"]
     assert m["regression"] in ("nnls", "pls", "enet", "single") and m["regression_choice"]["note"]
     assert seen["n"] == auto.evaluator.artifact["dataset"]["n_train"]  # train rows only

@@ -21,7 +21,8 @@ def written(tmp_path_factory):
 def test_markdown_has_every_part(written):
     res, paths = written
     md = paths["markdown"].read_text()
-    assert "Held-out (test): τ =" in md and "95% CI" in md
+    assert "Cross-fitted (every row predicted by a fit without it): τ =" in md and "95% CI" in md
+    assert "## Validity" in md and ("✔ Validated" in md) == res.evaluator.validated
     for f in res.evaluator.features:
         assert f"`{f['feature']}`" in md
     assert "#### Metric Details" in md  # cards of selected metrics, headings demoted
@@ -32,7 +33,7 @@ def test_markdown_has_every_part(written):
 def test_html_is_self_contained(written):
     _, paths = written
     page = paths["html"].read_text()
-    assert "<svg" in page and "Held-out Kendall" in page
+    assert "<svg" in page and "Cross-fitted Kendall" in page and "id='validity'" in page
     # no external resources of any kind: works offline, no CDN
     assert not re.search(r"""(src|href)\s*=\s*["']?(https?:)?//""", page)
     assert "<script" not in page
@@ -54,10 +55,12 @@ def test_warnings_appear_for_small_data(tmp_path):
     import pandas as pd
 
     df = pd.read_csv(__import__("autometrics").evaluators.data.builtin_dataset_path("simpeval")).head(40)
-    res = fit_evaluator(df, "score", n_boot=50)
+    res = fit_evaluator(df, "score", n_boot=50, test_size=0.3)  # the held-out protocol's own warnings
     md = render_markdown(res)
     assert "only 40 labelled examples" in md
     assert "more candidate metrics" in md
+    cross = render_markdown(fit_evaluator(df.head(30), "score", n_boot=50))  # cross-fitted: the verdict says what helps
+    assert "Not validated — treat its scores as unvalidated" in cross and "not validated:" in cross
 
 
 @pytest.mark.browser

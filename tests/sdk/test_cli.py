@@ -24,7 +24,8 @@ def run(*args, check=True):
 def test_fit_then_score_on_demo_data(tmp_path):
     out = tmp_path / "run"
     p = run("fit", "demo:simpeval", "--target", "score", "--task", "Simplify a sentence", "--out", str(out), "--no-progress", "--n-boot", "200")
-    assert "held-out Kendall tau" in p.stdout and "95% CI" in p.stdout
+    assert "cross-fitted Kendall tau" in p.stdout and "95% CI" in p.stdout
+    assert "[score] validated: cross-fitted τ" in p.stdout and "fitted on all 360 labelled rows" in p.stdout
     for name in ("evaluator.json", "report.html", "report.md"):
         assert (out / name).stat().st_size > 0
     scored = tmp_path / "scored.csv"

@@ -333,7 +333,12 @@ def test_worker_logs_one_line_per_job_on_stderr(filled_sqlite, tmp_path):
     assert "refit promoted v1" in p.stdout and "scored 90 traces" in p.stdout
     lines = [x for x in p.stderr.splitlines() if "autometrics.worker" in x]
     assert len(lines) == 2 and " INFO autometrics.worker: worker p/thumbs job refit: refit promoted v1" in lines[0]
-    assert " INFO autometrics.worker: worker p/thumbs job score: scored 90 trace(s) no new alert" in lines[1]
+    # the refit's alerts (here: its held-out set is small) are logged and counted with the scoring job's
+    n_alerts = int(re.search(r"scored 90 traces; (\d+) new alert", p.stdout).group(1))
+    assert " INFO autometrics.worker: worker p/thumbs job score: scored 90 trace(s) " in lines[1]
+    assert (" no new alert" in lines[1]) == (n_alerts == 0)
+    if n_alerts:
+        assert len(re.search(r"alerts: ([a-z_; ]+)", lines[1]).group(1).split("; ")) == n_alerts
     assert "dashboard " in lines[1]
     # a short scheduled run: the refit job and the scoring job each log their line (nothing on stdout per job)
     store = TraceStore(url)

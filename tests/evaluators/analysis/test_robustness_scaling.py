@@ -232,7 +232,7 @@ def test_scaling_curve_on_simpeval(datasets_dir):
     assert means[-1] > means[0] and means[3] > means[0]
     assert pd.Series(means).corr(pd.Series(np.arange(len(means))), method="spearman") > 0
     # the whole-pool point is exactly the package's own fit on the same split
-    plain = fit_evaluator(df, "score", metrics=CHEAP, n_boot=0)
+    plain = fit_evaluator(df, "score", metrics=CHEAP, n_boot=0, test_size=0.3)  # the split scaling uses
     assert summ.loc[pool, "tau_mean"] == pytest.approx(plain.evaluator.statistics["test"]["tau"], abs=1e-12)
     g = sc.gains["bank"]
     assert (g["from"], g["to"]) == (40, pool) and g["ci_low"] <= g["gain"] <= g["ci_high"]

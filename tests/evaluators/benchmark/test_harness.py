@@ -65,7 +65,7 @@ def test_harness_no_llm_methods_on_simpeval_subset(datasets_dir, tmp_path):
 
     # the AutoMetrics row is fit_evaluator's own held-out tau on the same split
     lab = sample_rows(load_dataset(path, "score").labelled("score"), 120, 0)
-    own = fit_evaluator(None, "score", dataset=lab, features=feats.frame(lab), seed=1, n_boot=0)
+    own = fit_evaluator(None, "score", dataset=lab, features=feats.frame(lab), seed=1, n_boot=0, test_size=0.3)
     assert res.method("autometrics")["per_seed"][1]["tau"] == pytest.approx(own.evaluator.statistics["test"]["tau"], abs=1e-12)
 
     table = res.table()
@@ -268,7 +268,8 @@ def test_t_interval():
 @pytest.fixture(scope="module")
 def simpeval_evaluator(datasets_dir):
     lab = sample_rows(load_dataset(datasets_dir / "simpeval.csv", "score").labelled("score"), 120, 0)
-    res = fit_evaluator(None, "score", dataset=lab, metrics=FAST_METRICS, n_boot=0)
+    # the 70 % split's evaluator selects TER, so the reward needs references (what these tests check)
+    res = fit_evaluator(None, "score", dataset=lab, metrics=FAST_METRICS, n_boot=0, test_size=0.3)
     return res.evaluator, lab
 
 

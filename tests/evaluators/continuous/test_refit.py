@@ -45,7 +45,11 @@ def test_refit_versions_champion_challenger_and_rollback(store_url):
     mon.cfg.metrics = ["LengthRatio"]
     write_traces(store, df.iloc[:60])
     r1 = mon.refit()
-    assert r1.outcome == "promoted" and r1.version == 1
+    assert r1.outcome == "rejected" and r1.message.startswith("not validated")  # too weak to be validated
+    mon.cfg.promote_unvalidated = True  # the operator promotes it anyway
+    r1 = mon.refit(force=True)
+    assert r1.outcome == "promoted" and r1.version == 2 and r1.message.startswith("UNVALIDATED")
+    mon.cfg.promote_unvalidated = False
     assert mon.refit().outcome == "skipped"  # no new feedback since v1
     # more ratings arrive (newer); the full metric set must beat that champion beyond noise
     mon.cfg.metrics = None
@@ -58,17 +62,17 @@ def test_refit_versions_champion_challenger_and_rollback(store_url):
     r3 = mon.refit()
     assert r3.outcome == "rejected" and "not better than the champion" in r3.message
     vs = mon.versions()
-    assert [(v["version"], v["status"]) for v in vs] == [(1, "retired"), (2, "champion"), (3, "rejected")]
-    st = vs[1]["statistics"]
+    assert [(v["version"], v["status"]) for v in vs] == [(1, "rejected"), (2, "retired"), (3, "champion"), (4, "rejected")]
+    st = vs[2]["statistics"]
     assert {"fit", "holdout", "reference_scores", "n_train", "n_holdout"} <= set(st)
     assert st["holdout"]["challenger"]["n"] == st["n_holdout"] > 0
     assert st["fit"]["test"]["tau"] is not None
     runs = mon.runs()
     assert [r["outcome"] for r in runs][:3] == ["rejected", "promoted", "skipped"]
     # rollback by hand
-    mon.rollback(1)
-    assert mon.champion()["version"] == 1
-    assert [v["status"] for v in mon.versions()] == ["champion", "retired", "rejected"]
+    mon.rollback(2)
+    assert mon.champion()["version"] == 2
+    assert [v["status"] for v in mon.versions()] == ["rejected", "champion", "retired", "rejected"]
     store.dispose()
 
 

