@@ -35,7 +35,7 @@ from autometrics.evaluators.selection import (
 from autometrics.evaluators.stats import agreement, bootstrap_taus, kendall_tau, kendall_taus
 from autometrics.evaluators.validity import CrossFit, Validity, crossfit, crossfit_validity, fold_plan, holdout_validity
 
-__all__ = ["FitResult", "fit_on_features", "candidate_fates", "MIN_LABELS_FOR_CONFIDENCE", "DEFAULT_REGRESSION", "REGRESSIONS"]
+__all__ = ["FitResult", "fit_on_features", "fold_selector", "candidate_fates", "MIN_LABELS_FOR_CONFIDENCE", "DEFAULT_REGRESSION", "REGRESSIONS"]
 
 #: sign-constrained NNLS with near-duplicate collapsing: measured best on the 16 shared targets
 #: (tests/benchmarks/regression_compare.py: mean held-out tau 0.332 vs 0.290 for the paper's PLS)
@@ -89,7 +89,7 @@ def candidate_fates(selector, names: list[str], generated) -> list[str]:
     return out
 
 
-def _fold_selector(regression: str, top_n: int, generated, groups) -> Callable:
+def fold_selector(regression: str, top_n: int, generated, groups) -> Callable:
     """The regression as a fold procedure for cross-fitting: selection and weighting (and, for
     ``auto``, the choice of procedure by inner grouped CV) run on the fold's training rows only."""
     prepared: dict[bytes, PreparedMetrics] = {}  # per fold: the label-free work, reused by every permutation
@@ -222,7 +222,7 @@ def fit_on_features(
     represents = getattr(selector, "represents_", {}) or {}
     pred_train = selector.predict(Xa[train_pos])
     stats_train = agreement(pred_train, y[train_pos], n_boot=n_boot, seed=seed)
-    fold = fold_fit or _fold_selector(regression, top_n, generated, groups_all)
+    fold = fold_fit or fold_selector(regression, top_n, generated, groups_all)
     if holdout:
         val = _validate_holdout(selector, Xa, y, groups_all, train_pos, test_pos, generated, cf, n_boot, seed, scope)
     else:

@@ -282,6 +282,8 @@ def fit_with_judges(ds, target: str, opts: LLMOptions, *, task: str | None = Non
 
         # ----------------------------------------------------------------- the floor
         returned, why = _floor(result, free, {c.name for c in cands}, stopped, bool(outcome.finalists), free_same)
+        if returned is result and free is not None and not lab.has_holdout(test_size):
+            _pay_for_the_choice(result, lab, target, Xb, meta_b, X, meta, fold, common, say)
         say(("returned the evaluator with judges: " if returned is result else "returned the LLM-free evaluator: ") + why)
         a = returned.evaluator.artifact
         weights = {f["feature"]: f["weight"] for f in (result.evaluator.features if result else [])}
@@ -374,6 +376,36 @@ def _fit_with_candidates(lab, target, X, meta, notes_b, outcome, screener, test_
             fate = "negative weight" if t < 0 else "constant"
             outcome.fates[c.name] = {"fate": fate, "detail": f"the regression could not use it (τ train {t:+.3f}): {exc}"}
         return None, stopped
+
+
+def _pay_for_the_choice(result, lab, target, Xb, meta_b, X, meta, fold, common, say) -> None:
+    """The evaluator with judges was returned because its cross-fitted τ beat the LLM-free one on
+    the same folds: its validity is re-tested with the larger of the two τ as the permutation
+    statistic (both procedures rerun on every permutation), and it stays validated only if that
+    choice is above chance too; ``validity.choice_p_value`` records it."""
+    from autometrics.evaluators.induce import fold_selector
+    from autometrics.evaluators.validity import CrossFit, choice_adjusted, fold_plan
+
+    v = result.evaluator.artifact["validity"]
+    if v.get("method") != "cross-fit" or not v.get("validated"):
+        return
+    cf = common.get("crossfit") or CrossFit(n_boot=common["n_boot"])
+    y, groups = lab.y(target), lab.frame["group"].astype(str).to_numpy()
+    names_b, names = list(Xb.columns), list(X.columns)
+    Ab, A = Xb.to_numpy(dtype=float), X.to_numpy(dtype=float)
+    free_fold = fold_selector(common["regression"], common["top_n"], [meta_b[c]["generated"] for c in names_b], groups)
+    judge_fold = fold or fold_selector(common["regression"], common["top_n"], [meta[c]["generated"] for c in names], groups)
+    procedures = [lambda tr, te, yy: judge_fold(A, tr, te, yy)]
+    if names_b:
+        procedures.append(lambda tr, te, yy: free_fold(Ab, tr, te, yy))
+    p, n = choice_adjusted(procedures, y, groups, fold_plan(groups, cf, common["seed"]), cf, seed=common["seed"])
+    v["choice_p_value"], v["choice_permutations"] = p, n
+    if p > cf.alpha:
+        v["validated"] = False
+        v["reason"] += (f"; but choosing the better of it and the LLM-free evaluator on the same folds is not above "
+                        f"chance (permutation p={p:.3g} over {n} permutations for the larger τ), so NOT validated")
+        result.evaluator.artifact["warnings"].append(f"not validated: {v['reason']}. Treat its scores as unvalidated.")
+        say(f"validity: the choice of the evaluator with judges is not above chance (p={p:.3g}): not validated")
 
 
 def _tau(res) -> str:

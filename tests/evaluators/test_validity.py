@@ -258,3 +258,24 @@ def test_groups_that_cannot_be_exchanged_are_said_not_tested():
     x = y + rng.normal(scale=0.3, size=len(groups))
     v, _ = crossfit_validity(lambda tr, te, yy: x[te], y, groups, fold_plan(groups, FAST), FAST)
     assert v.tau > 0.5 and not v.validated and "cannot be tested against chance" in v.reason
+
+
+def test_choosing_the_better_of_two_procedures_is_paid_for():
+    """The larger of two cross-fitted τ is tested against the larger of the two on each
+    permutation: two noise procedures are not validated by taking the better one, a real signal is."""
+    from autometrics.evaluators.validity import choice_adjusted
+
+    rng = np.random.default_rng(7)
+    groups = np.repeat(np.arange(30), 2).astype(str)
+    y = rng.normal(size=60)
+    plan = fold_plan(groups, FAST, seed=0)
+    lin = lambda x: (lambda tr, te, yy: np.polyval(np.polyfit(x[tr], yy[tr], 1), x[te]))  # noqa: E731
+    signal = y + rng.normal(scale=1.0, size=60)
+    p, n = choice_adjusted([lin(signal), lin(rng.normal(size=60))], y, groups, plan, FAST)
+    assert p <= 0.05 and n >= 19
+    passed = 0
+    for s in range(8):
+        noise = np.random.default_rng(50 + s)
+        p, _ = choice_adjusted([lin(noise.normal(size=60)), lin(noise.normal(size=60))], y, groups, plan, FAST, seed=s)
+        passed += p <= 0.05
+    assert passed <= 1
