@@ -47,7 +47,7 @@ def test_full_fit_with_faults_generated_only(fake, env):
         kinds = {g["kind"] for g in a["generated"]}
         assert {"single", "rubric", "example"} <= kinds
         assert all(f["generated"] for f in a["features"])
-        assert a["statistics"]["test"]["tau"] > 0.5
+        assert a["statistics"]["test"]["tau"] > 0.5, a["statistics"]["test"]
         u = a["llm"]["usage"]
         assert u["total"]["retries"] >= 3 and u["total"]["parse_failures"] >= 1
         assert "score:single" in u and "generate:axes" in u
