@@ -32,8 +32,16 @@ from autometrics.evaluators.selection import (
     choose_regression,
     make_selector,
 )
-from autometrics.evaluators.stats import agreement, bootstrap_taus, kendall_tau, kendall_taus
-from autometrics.evaluators.validity import CrossFit, Validity, crossfit, crossfit_validity, fold_plan, holdout_validity
+from autometrics.evaluators.stats import agreement, kendall_tau, kendall_taus
+from autometrics.evaluators.validity import (
+    CrossFit,
+    Validity,
+    crossfit,
+    crossfit_agreement,
+    crossfit_validity,
+    fold_plan,
+    holdout_validity,
+)
 
 __all__ = ["FitResult", "fit_on_features", "fold_selector", "candidate_fates", "MIN_LABELS_FOR_CONFIDENCE", "DEFAULT_REGRESSION", "REGRESSIONS"]
 
@@ -130,25 +138,17 @@ def _single_fold(allowed) -> Callable:
 
 
 def _summary(oof: np.ndarray, y, groups, n_boot: int, seed: int) -> dict:
-    """Cross-fitted agreement of one procedure's out-of-fold predictions (mean τ over the fold
-    assignments, cluster-bootstrap CI); the same keys as :class:`~.stats.Agreement`."""
-    taus = [kendall_tau(p, y)[0] for p in oof]
-    taus = [t if np.isfinite(t) else 0.0 for t in taus]
-    lo = hi = None
-    if n_boot:
-        boots = bootstrap_taus(list(oof), y, n_boot, seed, groups=groups)
-        m = np.nanmean(np.where(np.isfinite(boots), boots, 0.0), axis=1)
-        lo, hi = (float(v) for v in np.percentile(m, [2.5, 97.5]))
-    return {"n": int(len(y)), "tau": float(np.mean(taus)), "ci_low": lo, "ci_high": hi, "p_value": None, "method": "cross-fit"}
+    """Cross-fitted agreement of one procedure's out-of-fold predictions, with the same keys as
+    :class:`~.stats.Agreement` (the figure and CI of :func:`~.validity.crossfit_agreement`)."""
+    tau, _, ci = crossfit_agreement(oof, y, groups, n_boot, seed)
+    return {"n": int(len(y)), "tau": tau, "ci_low": ci[0], "ci_high": ci[1], "p_value": None, "method": "cross-fit"}
 
 
 @dataclass
 class _Validation:
     """What a validation produced for the artifact: positions, predictions, statistics."""
 
-    train_pos: np.ndarray
     test_pos: np.ndarray  # the held-out rows; in a cross-fit every labelled row
-    pred_train: np.ndarray
     pred_test: np.ndarray  # held-out predictions; in a cross-fit the out-of-fold mean over repeats
     stats_test: dict
     validity: Validity
@@ -379,7 +379,7 @@ def _validate_holdout(selector, Xa, y, groups, train_pos, test_pos, generated, c
         ref = None
     if ref is not None:
         blackbox = {"model": ref[1], "test": agreement(ref[0], y[test_pos], n_boot=n_boot, seed=seed).to_dict()}
-    return _Validation(train_pos, test_pos, selector.predict(Xa[train_pos]), pred_test, stats_test, validity, best, blackbox)
+    return _Validation(test_pos, pred_test, stats_test, validity, best, blackbox)
 
 
 def _validate_crossfit(fold, Xa, y, groups, generated, cf, n_boot, seed, scope) -> _Validation:
@@ -416,5 +416,5 @@ def _validate_crossfit(fold, Xa, y, groups, generated, cf, n_boot, seed, scope) 
     except Exception as exc:  # the reference must never break a fit
         log.warning("black-box reference failed: %s: %s", type(exc).__name__, exc)
     oof_mean = np.nanmean(oof, axis=0)
-    return _Validation(everyone, everyone, None, oof_mean, stats_test, validity, best, blackbox)
+    return _Validation(everyone, oof_mean, stats_test, validity, best, blackbox)
 

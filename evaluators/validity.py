@@ -44,7 +44,7 @@ import numpy as np
 from autometrics.evaluators.stats import bootstrap_taus, kendall_tau
 
 __all__ = ["CrossFit", "Validity", "fold_plan", "crossfit", "crossfit_validity", "holdout_validity",
-           "group_permutation", "movable_groups", "choice_adjusted", "data_label", "artifact_validity", "legacy_validity", "split_line", "ALPHA", "MIN_GROUPS", "unvalidated_hint"]
+           "group_permutation", "movable_groups", "choice_adjusted", "crossfit_agreement", "data_label", "artifact_validity", "legacy_validity", "split_line", "ALPHA", "MIN_GROUPS", "unvalidated_hint"]
 
 ALPHA = 0.05
 #: fewer distinct groups than this cannot validate anything (a fold would hold one or two inputs)
@@ -168,6 +168,18 @@ def crossfit(fit_predict: FitPredict, y, plan: list[np.ndarray]) -> np.ndarray:
             except ValueError:
                 out[r, te] = float(np.mean(y[tr]))
     return out
+
+
+def crossfit_agreement(oof: np.ndarray, y, groups, n_boot: int, seed: int = 0) -> tuple[float, list[float], list]:
+    """(mean τ over the fold assignments, τ per assignment, 95 % CI) of out-of-fold predictions
+    ``(repeats, n)``: the CI from a cluster bootstrap (whole groups), every assignment scored on
+    the same resamples and averaged."""
+    y = np.asarray(y, dtype=float)
+    tau, taus = _mean_tau(oof, y)
+    if not n_boot:
+        return tau, taus, [None, None]
+    boots = bootstrap_taus(list(oof), y, n_boot, seed, groups=np.asarray(groups).astype(str))
+    return tau, taus, _ci(np.nanmean(np.where(np.isfinite(boots), boots, 0.0), axis=1))
 
 
 def _mean_tau(oof: np.ndarray, y: np.ndarray) -> tuple[float, list[float]]:
@@ -353,9 +365,7 @@ def crossfit_validity(fit_predict: FitPredict, y, groups, plan: list[np.ndarray]
     y = np.asarray(y, dtype=float)
     groups = np.asarray(groups).astype(str)
     oof = crossfit(fit_predict, y, plan)
-    tau, taus = _mean_tau(oof, y)
-    boots = bootstrap_taus(list(oof), y, cf.n_boot, seed, groups=groups) if cf.n_boot else np.full((0, len(oof)), np.nan)
-    ci = _ci(np.nanmean(np.where(np.isfinite(boots), boots, 0.0), axis=1)) if len(boots) else [None, None]
+    tau, taus, ci = crossfit_agreement(oof, y, groups, cf.n_boot, seed)
     _, n_groups = _group_index(groups)
     rp = max(1, min(cf.permutation_repeats, len(plan)))
     p, null = None, []
