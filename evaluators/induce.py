@@ -97,9 +97,10 @@ def candidate_fates(selector, names: list[str], generated) -> list[str]:
     return out
 
 
-def fold_selector(regression: str, top_n: int, generated, groups) -> Callable:
+def fold_selector(regression: str, top_n: int, generated, groups, required=()) -> Callable:
     """The regression as a fold procedure for cross-fitting: selection and weighting (and, for
-    ``auto``, the choice of procedure by inner grouped CV) run on the fold's training rows only."""
+    ``auto``, the choice of procedure by inner grouped CV) run on the fold's training rows only.
+    ``required``: columns NNLS always enters (:meth:`NNLSMetricSelector.fit`)."""
     prepared: dict[bytes, PreparedMetrics] = {}  # per fold: the label-free work, reused by every permutation
 
     def fit_predict(Xa, tr, te, y):
@@ -111,7 +112,7 @@ def fold_selector(regression: str, top_n: int, generated, groups) -> Callable:
             key = np.asarray(tr, dtype=np.int64).tobytes()
             if key not in prepared:
                 prepared[key] = PreparedMetrics(Xa[tr], generated)
-            return sel.fit(Xa[tr], y[tr], generated=generated, prepared=prepared[key]).predict(Xa[te])
+            return sel.fit(Xa[tr], y[tr], generated=generated, prepared=prepared[key], required=required).predict(Xa[te])
         return sel.fit(Xa[tr], y[tr], generated=generated).predict(Xa[te])
     return fit_predict
 
@@ -218,11 +219,15 @@ def fit_on_features(
         choice = choose_regression(Xa[train_pos], y[train_pos], groups_all[train_pos], generated,
                                    candidates=AUTO_CANDIDATES, top_n=top_n)
     shipped = choice.name if choice is not None else regression
-    selector = make_selector(shipped, top_n=top_n).fit(Xa[train_pos], y[train_pos], generated=generated)
+    # judges that passed screening on their added value (meta "required") always enter NNLS
+    required = [j for j, c in enumerate(names) if meta[c].get("required")]
+    selector = make_selector(shipped, top_n=top_n)
+    selector = (selector.fit(Xa[train_pos], y[train_pos], generated=generated, required=required)
+                if isinstance(selector, NNLSMetricSelector) else selector.fit(Xa[train_pos], y[train_pos], generated=generated))
     represents = getattr(selector, "represents_", {}) or {}
     pred_train = selector.predict(Xa[train_pos])
     stats_train = agreement(pred_train, y[train_pos], n_boot=n_boot, seed=seed)
-    fold = fold_fit or fold_selector(regression, top_n, generated, groups_all)
+    fold = fold_fit or fold_selector(regression, top_n, generated, groups_all, required)
     if holdout:
         val = _validate_holdout(selector, Xa, y, groups_all, train_pos, test_pos, generated, cf, n_boot, seed, scope)
     else:

@@ -58,8 +58,8 @@ def candidates_markdown(a: dict, level: int = 2) -> list[str]:
         how = "screened (successive halving)" if sc.get("screened") else "not screened (every candidate on every row)"
         n_base = len((sc.get("base") or {}).get("features") or [])
         base = f"the out-of-fold prediction of the {n_base} MetricBank features already in" if n_base else \
-            "nothing (no MetricBank feature is a candidate here: the candidate's own inner-CV τ)"
-        lines += ["", f"Candidates were {how}: {rounds}. The screening figure is the inner-CV τ a candidate adds to {base}."]
+            "nothing (no MetricBank feature is a candidate here: what the candidate predicts alone)"
+        lines += ["", f"Candidates were {how}: {rounds}. The screening figure is the out-of-fold R² a candidate adds to {base}."]
     if cands:
         lines += ["", "| candidate | kind | fate | weight | adds τ (rows) | own τ | tokens | calls | cached | unreadable | why |",
                   "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---|"]

@@ -200,9 +200,13 @@ class NNLSMetricSelector(LinearSelector):
         self.drop_negative_generated = drop_negative_generated
         self.dedup_threshold = dedup_threshold
 
-    def fit(self, X, y, *, generated=None, prepared: PreparedMetrics | None = None) -> NNLSMetricSelector:
+    def fit(self, X, y, *, generated=None, prepared: PreparedMetrics | None = None, required=()) -> NNLSMetricSelector:
         """``prepared``: the label-free work on this same ``X`` done once (:class:`PreparedMetrics`),
-        for callers that refit on the same rows with other labels (cross-fitted permutation tests)."""
+        for callers that refit on the same rows with other labels (cross-fitted permutation tests).
+        ``required``: columns that earned their place elsewhere (judges that passed screening on
+        their added value): each enters the final least squares oriented by its own train τ (a
+        judge that reliably disagrees is used reversed), is never merged into a near-duplicate
+        group and does not count against ``top_n``; the final fit may still give it no weight."""
         if self.top_n < 1:
             raise ValueError(f"top_n must be >= 1, got {self.top_n}")
         if prepared is None:
@@ -213,8 +217,10 @@ class NNLSMetricSelector(LinearSelector):
             tau = prepared.taus(y)
         p = X.shape[1]
         sign = np.where(np.isfinite(tau), np.sign(np.nan_to_num(tau)), 0.0)
+        forced = np.zeros(p, dtype=bool)
+        forced[list(required)] = True
         if self.drop_negative_generated:
-            sign = np.where(generated & (sign < 0), 0.0, sign)
+            sign = np.where(generated & (sign < 0) & ~forced, 0.0, sign)
         cands = [int(j) for j in np.flatnonzero(usable & (sign != 0))]
         if not cands:
             raise ValueError("no candidate metric has a defined, non-zero Kendall tau with the labels "
@@ -222,9 +228,10 @@ class NNLSMetricSelector(LinearSelector):
         cands.sort(key=lambda j: (-abs(tau[j]), j))
         yc = y - y.mean()
         w_all = _nnls(Z[:, cands] * sign[cands], yc)
-        if self.dedup_threshold is not None and len(cands) > 1:
-            rho = abs_spearman(Z[:, cands]) if prepared is None else prepared.rho[np.ix_(cands, cands)]
-            groups = leader_clusters(cands, rho, self.dedup_threshold)
+        pool = [j for j in cands if not forced[j]]  # what competes for the top_n places
+        if self.dedup_threshold is not None and len(pool) > 1:
+            rho = abs_spearman(Z[:, pool]) if prepared is None else prepared.rho[np.ix_(pool, pool)]
+            groups = leader_clusters(pool, rho, self.dedup_threshold)
             # each group is represented by the member least squares leans on most (ties: best |tau|)
             weight = dict(zip(cands, w_all, strict=True))
             clusters = {}
@@ -232,14 +239,17 @@ class NNLSMetricSelector(LinearSelector):
                 group = [lead, *members]
                 rep = max(group, key=lambda j: (weight[j], -group.index(j)))
                 clusters[rep] = [j for j in group if j != rep]
+            clusters |= {j: [] for j in cands if forced[j]}
             reps = sorted(clusters, key=cands.index)
             w1 = _nnls(Z[:, reps] * sign[reps], yc)
         else:
             clusters, reps, w1 = {j: [] for j in cands}, cands, w_all
         stage1 = np.full(p, np.nan)
         stage1[reps] = w1 * sign[reps]
-        ranked = [j for j, w in sorted(zip(reps, w1, strict=True), key=lambda t: (-t[1], -abs(tau[t[0]]))) if w > 0]
-        selected = ranked[: self.top_n] or reps[:1]  # nothing helps least squares: the best-tau metric alone
+        ranked = [j for j, w in sorted(zip(reps, w1, strict=True), key=lambda t: (-t[1], -abs(tau[t[0]])))
+                  if w > 0 and not forced[j]]
+        must = [j for j in reps if forced[j]]
+        selected = must + ranked[: self.top_n] or reps[:1]  # nothing helps least squares: the best-tau metric alone
         w = _nnls(Z[:, selected] * sign[selected], yc)
         if (w > 0).any():
             keep = w > 0

@@ -70,7 +70,7 @@ def candidate_fates(candidates, outcome, fit_table, weights: dict, *, returned: 
         else:
             entry.update(fate="failed", detail="it could not be scored")
         if entry["gain"] is not None and entry["fate"] != "screened out":
-            entry["detail"] += f"; screening: adds {entry['gain']:+.3f} τ on {entry['gain_rows']} training rows"
+            entry["detail"] += f"; screening: adds {entry['gain']:+.3f} out-of-fold R² on {entry['gain_rows']} training rows"
         out.append(entry)
     order = {f: k for k, f in enumerate(FATE_ORDER)}
     return sorted(out, key=lambda e: (order.get(e["fate"], 99), -(e["weight"] or 0.0)))

@@ -263,13 +263,16 @@ def fit_with_judges(ds, target: str, opts: LLMOptions, *, task: str | None = Non
         meta = {c: meta_b[c] for c in base_cols}
         for c in outcome.finalists:
             X[c.name] = screener.values[c.name]
-            meta[c.name] = c.meta()
+            # passed screening on its added value: it enters the regression (oriented by its τ)
+            # instead of competing with correlated bank metrics on first-stage weights
+            meta[c.name] = {**c.meta(), "required": bool(opts.screen)}
         fold = None
         if opts.screen and not lab.has_holdout(test_size) and outcome.finalists:
             # cross-fitted validity re-screens the finalists inside each fold (on its training rows only)
             names = list(X.columns)
             fold = screened_fold_fit([names.index(c) for c in base_cols], [names.index(c.name) for c in outcome.finalists],
                                      [c.positive for c in outcome.finalists], groups, min_gain=opts.screening.min_gain,
+                                     z=opts.screening.z_last, n_boot=opts.screening.n_boot,
                                      regression=regression, top_n=top_n, generated=[meta[c]["generated"] for c in names])
         result, stopped = _fit_with_candidates(lab, target, X, meta, notes_b, outcome, screener, test_pos, train_pos, y,
                                                budget=budget, screened=opts.screen, free=free, common=common, started=started,
@@ -310,7 +313,7 @@ def fit_with_judges(ds, target: str, opts: LLMOptions, *, task: str | None = Non
         screening = {"screened": opts.screen, "options": asdict(opts.screening) if opts.screen else None,
                      "rounds": outcome.rounds, "stopped": stopped,
                      "base": {"features": base_cols, "note": "the metrics already in: a candidate's screening figure is the "
-                                                             "inner-CV τ it adds to their out-of-fold prediction"}}
+                                                             "out-of-fold R² it adds to their out-of-fold prediction"}}
         floor = {"returned": a["method"]["returned"], "why": why, "llm_free_test": free.evaluator.statistics["test"] if free else None,
                  "with_judges_test": result.evaluator.statistics["test"] if result else None,
                  "note": "the choice between the two is made on the held-out rows (both τ shown): the reported τ is the better of two"}
@@ -394,7 +397,8 @@ def _pay_for_the_choice(result, lab, target, Xb, meta_b, X, meta, fold, common, 
     names_b, names = list(Xb.columns), list(X.columns)
     Ab, A = Xb.to_numpy(dtype=float), X.to_numpy(dtype=float)
     free_fold = fold_selector(common["regression"], common["top_n"], [meta_b[c]["generated"] for c in names_b], groups)
-    judge_fold = fold or fold_selector(common["regression"], common["top_n"], [meta[c]["generated"] for c in names], groups)
+    judge_fold = fold or fold_selector(common["regression"], common["top_n"], [meta[c]["generated"] for c in names], groups,
+                                       [j for j, c in enumerate(names) if meta[c].get("required")])
     procedures = [lambda tr, te, yy: judge_fold(A, tr, te, yy)]
     if names_b:
         procedures.append(lambda tr, te, yy: free_fold(Ab, tr, te, yy))

@@ -17,7 +17,7 @@ one per group) with the card relevance as a small tie-breaking term, and the bes
 scored on every row.  :func:`score_bank` is what both fits (with and without an LLM) call.  The
 LLM re-rank is not part of the policy (it was never measured against a real model here and
 costs one call per card).  Generated judges, code metrics and the nearest-exemplar metric are
-not ranked by cards at all: each is screened by the inner-CV τ it adds (:mod:`.screening`).
+not ranked by cards at all: each is screened by the out-of-fold R² it adds (:mod:`.screening`).
 
 Example::
 

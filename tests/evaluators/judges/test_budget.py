@@ -200,7 +200,8 @@ def test_dry_run_estimates_time_from_a_measured_warm_up(fake):
     assert plan["notes"] and "MetricBank metrics are not candidates" in plan["notes"][0]
     no_screen = fit_evaluator(df, "score", task=TASK, llm_options=dataclasses.replace(opts, screen=False, warmup=False),
                               dry_run=True)
-    assert no_screen["score"]["calls"] == 4 * 60 > plan["score"]["calls"]
+    # screening's upper bound: an early round may keep every candidate (bounds), none is asked twice
+    assert no_screen["score"]["calls"] == 4 * 60 >= plan["score"]["calls"]
 
 
 def test_max_rows_takes_whole_groups_and_says_so():
