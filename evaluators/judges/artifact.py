@@ -52,11 +52,14 @@ def candidate_fates(candidates, outcome, fit_table, weights: dict, *, returned: 
             if fate == "kept":
                 w = weights.get(c.name)
                 entry["weight"] = w
+                entry["direction"] = "reversed" if w is not None and w < 0 else "as asked"
+                if w is not None and w < 0:  # passed screening reversed: higher judge scores mean worse here
+                    entry["detail"] = f"used reversed (its scores disagree with the labels, τ train {tau_train:+.3f}); "
                 if returned == "with-judges":
-                    entry.update(fate="kept", detail=f"weight {w:+.3f} in the evaluator")
+                    entry.update(fate="kept", detail=entry.get("detail", "") + f"weight {w:+.3f} in the evaluator")
                 else:
-                    entry.update(fate="not returned", detail=f"weight {w:+.3f} in the evaluator with judges, which was not "
-                                                             f"returned: {floor_why}")
+                    entry.update(fate="not returned", detail=entry.get("detail", "") + f"weight {w:+.3f} in the evaluator "
+                                                                                       f"with judges, which was not returned: {floor_why}")
             elif fate == "negative weight":
                 entry.update(fate=fate, detail=f"disagrees with the labels on the training rows (τ {tau_train:+.3f}); a judge "
                                                "only enters with a positive weight")

@@ -184,3 +184,25 @@ def test_choose_regression_prefers_simpler_with_few_labels():
     assert big.tau == pytest.approx(max(np.mean(v) for v in big.scores.values()))
     with pytest.raises(ValueError, match="unknown regression"):
         choose_regression(X, y, groups, None, candidates=("ridge",))
+
+
+def test_required_columns_enter_oriented_by_their_tau_and_do_not_count_against_top_n():
+    """A judge that passed screening (required) is not lost to first-stage weights among
+    correlated bank metrics, and one that reliably disagrees enters reversed (issue 22)."""
+    rng = np.random.default_rng(3)
+    n = 120
+    y = rng.normal(size=n)
+    bank = np.column_stack([y + 0.5 * rng.normal(size=n) for _ in range(6)])  # six strong, correlated metrics
+    judge_up = y + 1.5 * rng.normal(size=n)
+    judge_down = -y + 1.5 * rng.normal(size=n)
+    X = np.column_stack([bank, judge_up, judge_down])
+    generated = [False] * 6 + [True, True]
+    plain = NNLSMetricSelector(top_n=2).fit(X, y, generated=generated)
+    assert 7 not in plain.selected_.tolist()  # a disagreeing judge is dropped without `required`
+    sel = NNLSMetricSelector(top_n=2).fit(X, y, generated=generated, required=[6, 7])
+    chosen = sel.selected_.tolist()
+    assert 6 in chosen and 7 in chosen
+    assert len([j for j in chosen if j < 6]) <= 2  # the bank still gets at most top_n places
+    coef = dict(zip(chosen, sel.coef_, strict=True))
+    assert coef[6] > 0 and coef[7] < 0  # the disagreeing judge is used reversed
+    assert np.corrcoef(sel.predict(X), y)[0, 1] > np.corrcoef(plain.predict(X), y)[0, 1]
