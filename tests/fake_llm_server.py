@@ -156,7 +156,7 @@ class FakeLLMServer:
         elif mode == "badjson":
             text = '{"score": "high"'
         elif req.get("max_tokens") == 1 and req.get("logprobs"):
-            m = re.search(r"Output:\n(.*?)\n\n(?:Criterion:|Instructions:|For calibration)", user, flags=re.S)
+            m = re.search(r"Output:\n(.*?)\n\n(?:Criterion:|Instructions:|For calibration|Rate the output)", user, flags=re.S)
             s = self.judge(m.group(1) if m else user)
             text = str(s)
             alts = [{"token": str(s), "logprob": math.log(0.7)}]

@@ -16,7 +16,7 @@ import re
 from fake_llm_server import FakeLLMServer
 
 _CRITERION = re.compile(r"\n\nCriterion: (.*?)(?: — |\n|$)", flags=re.S)
-_OUTPUT = re.compile(r"Output:\n(.*?)\n\n(?:Criterion:|Instructions:|For calibration)", flags=re.S)
+_OUTPUT = re.compile(r"Output:\n(.*?)\n\n(?:Criterion:|Instructions:|For calibration|Rate the output)", flags=re.S)
 _INPUT = re.compile(r"Input:\n(.*?)\n\nOutput:", flags=re.S)
 
 

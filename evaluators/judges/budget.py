@@ -165,7 +165,8 @@ def stage_estimates(counts: GeneratorCounts, n_train: int, n_test: int, case_tok
     stages = {
         "generate:axes": (1, 10 * case_tokens + 200, 64 * max(c.n_single, c.n_rubric) + 64),
         "generate:rubric": (c.n_rubric, 350, 200),
-        "generate:example": (c.n_example * c.example_sets * min(c.example_eval_rows, n_train), judge_prompt + 5 * case_tokens, 1),
+        "generate:example": (c.n_example * c.example_sets * min(c.example_eval_rows, n_train) if c.example_sets > 1 else 0,
+                             judge_prompt + 5 * case_tokens, 1),
         "generate:optimize": (c.n_optimized * (8 + c.optimized_candidates * 2 + c.optimized_trials * max(1, c.optimized_rows // 2)),
                               judge_prompt + 300, 30),
         "generate:code": (code_calls, code_prompt / max(code_calls, 1), code_completion / max(code_calls, 1)),

@@ -9,8 +9,8 @@
 - rubric: 1–5 level descriptions for the leading axes, checked for direction (level texts, and
   the judge on the training pairs with the largest label gaps): inverted ones are flipped or
   rejected;
-- example: demonstrations sampled one per label quintile, best of ``example_sets`` sets by
-  Kendall τ on held-in training rows;
+- example: one typical demonstration per label quintile, chosen without judge calls (with
+  ``example_sets`` > 1, the best set by Kendall τ on held-in training rows, the paper's way);
 - optimized: DSPy MIPROv2 over a judge program (tiny budget by default; optional).
 
 The generator programs are DSPy signatures run through :func:`.llm.dspy_lm` (our cache,
@@ -286,31 +286,51 @@ def _tau(scores: np.ndarray, y) -> float:
     return kendall_tau(scores[ok], np.asarray(y, dtype=float)[ok])[0]
 
 
+def typical_demonstrations(inputs, outputs, y, rng) -> list[int]:
+    """One training row per label quintile, chosen without any judge call: within a level, the
+    rows whose output length is nearest the level's median (typical, not the odd one out), one of
+    them at random, and no two from the same input where the level has a row of another input."""
+    q = quintile_scores(y)
+    lengths = np.array([len(o or "") for o in outputs], dtype=float)
+    picked, used_inputs = [], set()
+    for level in range(1, 6):
+        pool = np.flatnonzero(q == level)
+        if not len(pool):
+            continue
+        fresh = [i for i in pool if inputs[i] not in used_inputs] or list(pool)
+        fresh = np.asarray(fresh)
+        gap = np.abs(lengths[fresh] - np.median(lengths[fresh]))
+        near = fresh[gap <= np.quantile(gap, 0.5)]
+        i = int(rng.choice(near))
+        picked.append(i)
+        used_inputs.add(inputs[i])
+    return picked
+
+
 def example_judge(task, target, inputs, outputs, y, counts: GeneratorCounts, judge: LLMConfig, rng) -> JudgeSpec:
-    """The example-based judge: ``example_sets`` candidate sets of demonstrations (one per label
-    quintile), each judged on the same training rows (not used as demonstrations); the set with
-    the best Kendall τ wins.  The candidates are asked row by row, so each row's text is
-    evaluated once by a prefix-caching server; the winner's replies on those rows are cached."""
+    """The example-based judge: demonstrations one per label quintile (:func:`typical_demonstrations`).
+
+    With ``example_sets`` 1 (the default) no judge call is made to choose them: screening then
+    measures whether the judge adds, like every other candidate.  With more sets (the paper's way,
+    opt-in), each set is judged on the same training rows (not used as demonstrations) and the set
+    with the best Kendall τ wins; that costs ``example_sets`` × ``example_eval_rows`` judge calls,
+    measured at 40-49 % of a fit's tokens (issue 22)."""
     q = quintile_scores(y)
     n = len(y)
-    demo_sets = []
-    for _s in range(max(1, counts.example_sets)):
-        demo_idx = []
-        for level in range(1, 6):
-            pool = np.flatnonzero(q == level)
-            if len(pool):
-                demo_idx.append(int(rng.choice(pool)))
-        demo_sets.append(demo_idx)
-    used = sorted({i for d in demo_sets for i in d})
-    rest = np.setdiff1d(np.arange(n), used)
-    if len(rest) < 3:  # tiny data: judge on every row rather than none
-        rest = np.arange(n)
-    eval_idx = rng.choice(rest, size=min(counts.example_eval_rows, len(rest)), replace=False)
+    demo_sets = [typical_demonstrations(inputs, outputs, y, rng) for _s in range(max(1, counts.example_sets))]
     specs = [JudgeSpec(
         kind="example", criterion=f"Overall {target}", task=task,
         description=f"how the human raters would rate the output ({target}); match the scored examples",
         demonstrations=[{"input": _clip(inputs[i], 400), "output": _clip(outputs[i]), "score": int(q[i])} for i in d],
     ) for d in demo_sets]
+    if len(specs) == 1:
+        specs[0].origin = {"selection": "one demonstration per label quintile (typical output length), no judge calls"}
+        return specs[0]
+    used = sorted({i for d in demo_sets for i in d})
+    rest = np.setdiff1d(np.arange(n), used)
+    if len(rest) < 3:  # tiny data: judge on every row rather than none
+        rest = np.arange(n)
+    eval_idx = rng.choice(rest, size=min(counts.example_eval_rows, len(rest)), replace=False)
     metrics = [LLMJudgeMetric.from_spec(s, judge) for s in specs]
     ev_out, ev_in = [outputs[i] for i in eval_idx], [inputs[i] for i in eval_idx]
     prefetch_row_major(metrics, ev_out, ev_in)

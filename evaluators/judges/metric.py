@@ -5,7 +5,7 @@ extra instructions, scale); it is stored in full in the evaluator artifact, so a
 evaluator scores new data without regenerating anything.
 
 Scoring (what works with small local judges, see shared/OFFLINE.md): one bare prompt per
-(example, criterion) with the example first (prefix cache) and the criterion last, one output
+(example, criterion), laid out for a prefix cache (:func:`judge_messages`), one output
 token, and the score read as the probability-weighted mean of the scale's digits from the
 first token's top logprobs (G-Eval style).  Without logprobs the reply is read as JSON
 (``{"score": n}``, requested with structured output where the endpoint supports it) or as a
@@ -31,7 +31,7 @@ import numpy as np
 from autometrics.evaluators.llm.client import LLMClient, LLMConfig, LLMResponse
 from autometrics.metricbank.base import Metric
 
-__all__ = ["JudgeSpec", "LLMJudgeMetric", "read_score", "score_multi", "judge_messages", "FACTORY"]
+__all__ = ["JudgeSpec", "LLMJudgeMetric", "read_score", "score_multi", "judge_messages", "judge_case", "shared_affixes", "elide_text", "FACTORY"]
 
 FACTORY = "autometrics.evaluators.judges:LLMJudgeMetric"
 KINDS = ("single", "rubric", "example", "optimized")
@@ -62,6 +62,8 @@ class JudgeSpec:
     scale_max: int = 5
     origin: dict = field(default_factory=dict)  # how it was made (generator model, selection stats)
     clip_chars: int | None = None  # characters of input and of output shown (None: 3000); a budget plan may lower it
+    #: text every training row shares, not shown to the judge: {"input": [opening, ending], "output": [...]}
+    elide: dict | None = None
 
     def __post_init__(self):
         if self.kind not in KINDS:
@@ -77,7 +79,7 @@ class JudgeSpec:
         return cls(**{k: v for k, v in d.items() if k in cls.__dataclass_fields__})
 
     def sha(self) -> str:
-        body = {k: v for k, v in self.to_dict().items() if k != "origin" and not (k == "clip_chars" and v is None)}
+        body = {k: v for k, v in self.to_dict().items() if k != "origin" and not (k in ("clip_chars", "elide") and v is None)}
         return hashlib.sha256(json.dumps(body, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
 
     @property
@@ -123,38 +125,93 @@ class JudgeSpec:
 # ------------------------------------------------------------------------- prompting
 
 
+_MIN_AFFIX = 80  # shared openings/endings shorter than this are shown (not worth a marker)
+
+
+def shared_affixes(texts: list[str], min_chars: int = _MIN_AFFIX) -> tuple[str, str]:
+    """(opening, ending) that every text shares, each cut back to a line or word boundary and kept
+    only when at least ``min_chars`` long; ("", "") for fewer than 3 texts or when all are equal.
+    A prompt template that wraps every input is the common case: a judge that sees the first 400
+    characters of each input sees only the template (issue 22: 697 shared characters)."""
+    texts = [t or "" for t in texts]
+    if len(texts) < 3 or len(set(texts)) < 2:
+        return "", ""
+    lo, hi = min(texts), max(texts)  # the common prefix of all = that of the smallest and largest
+    n = 0
+    while n < min(len(lo), len(hi)) and lo[n] == hi[n]:
+        n += 1
+    pre = lo[:n]
+    rev = sorted(t[::-1] for t in texts)
+    a, b = rev[0], rev[-1]
+    m = 0
+    while m < min(len(a), len(b)) and a[m] == b[m]:
+        m += 1
+    suf = a[:m][::-1]
+    shortest = min(len(t) for t in texts)
+    if len(pre) + len(suf) > shortest:  # overlapping on the shortest text: keep the opening
+        suf = suf[len(pre) + len(suf) - shortest:]
+    pre = pre[: max(pre.rfind("\n"), pre.rfind(" ")) + 1] if pre and not pre[-1].isspace() else pre
+    if suf and not suf[0].isspace():
+        cut = [k for k in (suf.find("\n"), suf.find(" ")) if k >= 0]
+        suf = suf[min(cut):] if cut else ""
+    return (pre if len(pre) >= min_chars else ""), (suf if len(suf) >= min_chars else "")
+
+
+def elide_text(text: str, affix) -> str:
+    """``text`` without a shared opening/ending (when it has them), each replaced by a marker."""
+    pre, suf = affix or ("", "")
+    if pre and text.startswith(pre):
+        text = f"[… {len(pre)} characters every example starts with …]\n" + text[len(pre):]
+    if suf and text.endswith(suf) and len(text) > len(suf):
+        text = text[: len(text) - len(suf)] + f"\n[… {len(suf)} characters every example ends with …]"
+    return text
+
+
+def judge_case(spec: JudgeSpec, output: str, input_text: str = "") -> tuple[str, str]:
+    """(input, output) as the judge sees them: without the text every training row shares
+    (``spec.elide``), then clipped to ``spec.clip_chars`` (default 3000)."""
+    limit = spec.clip_chars or _MAX_TEXT
+    el = spec.elide or {}
+    shown_in = _clip(elide_text(input_text, el.get("input")), limit) if input_text else ""
+    return shown_in, _clip(elide_text(output or "", el.get("output")), limit)
+
+
 def judge_messages(spec: JudgeSpec, output: str, input_text: str = "", *, mode: str = "score") -> list[dict]:
     """Messages for one judgment.  ``mode``: ``score`` (one digit), ``json`` ({"score": n}) or
-    ``rationale`` (one or two sentences)."""
+    ``rationale`` (one or two sentences).
+
+    Layout for prefix caches: what is shared comes first.  A judge with demonstrations (the
+    example-based and prompt-optimized kinds) puts its block (instructions, demonstrations,
+    criterion, rubric; ~500 tokens, the same for every row) before the case, so a cache serves it
+    across rows; every other judge puts the case (task, input, output; the same for every
+    criterion) first and its short criterion after it, so a cache serves the case across the
+    criteria of one row (asked row by row, :func:`prefetch_row_major`)."""
     lo, hi = spec.scale_min, spec.scale_max
-    # The system message and the case (task, input, output) come first and are identical for
-    # every judge, so a server's prefix cache serves all criteria of one example; everything
-    # judge-specific (instructions, demonstrations, criterion, rubric) follows the case.
     system = "You are a careful, strict evaluator of AI-generated text."
-    parts = []
-    if spec.task:
-        parts.append(f"Task: {spec.task}")
-    limit = spec.clip_chars or _MAX_TEXT
-    if input_text:
-        parts.append(f"Input:\n{_clip(input_text, limit)}")
-    parts.append(f"Output:\n{_clip(output, limit)}")
+    shown_in, shown_out = judge_case(spec, output, input_text)
+    case = ([f"Input:\n{shown_in}"] if shown_in else []) + [f"Output:\n{shown_out}"]
+    own = []
     if spec.instructions:
-        parts.append(f"Instructions: {spec.instructions.strip()}")
+        own.append(f"Instructions: {spec.instructions.strip()}")
     if spec.demonstrations:
-        parts.append("For calibration, scored examples of other outputs:")
+        own.append("For calibration, scored examples of other outputs:")
         for i, d in enumerate(spec.demonstrations, 1):
             block = f"Example {i}:\n"
             if d.get("input"):
-                block += f"Input: {_clip(d['input'], _MAX_DEMO)}\n"
+                block += f"Input: {_clip(elide_text(d['input'], (spec.elide or {}).get('input')), _MAX_DEMO)}\n"
             block += f"Output: {_clip(d.get('output', ''), _MAX_DEMO)}\nScore: {d['score']}"
-            parts.append(block)
-        parts.append("Now judge the output above (not the examples).")
+            own.append(block)
     crit = f"Criterion: {spec.criterion}"
     if spec.description:
         crit += f" — {spec.description}"
-    parts.append(crit)
+    own.append(crit)
     if spec.rubric:
-        parts.append("Score levels:\n" + "\n".join(f"{k}: {v}" for k, v in sorted(spec.rubric.items())))
+        own.append("Score levels:\n" + "\n".join(f"{k}: {v}" for k, v in sorted(spec.rubric.items())))
+    head = [f"Task: {spec.task}"] if spec.task else []
+    if spec.demonstrations:
+        parts = head + own + ["Now judge this case (not the examples above):"] + case
+    else:
+        parts = head + case + own
     if mode == "rationale":
         parts.append("In one or two sentences, explain how well the output meets this criterion.")
     elif mode == "json":
@@ -284,6 +341,9 @@ class LLMJudgeMetric(Metric):
 
     def requests(self, outputs, inputs) -> list[dict]:
         lo, hi = self.spec.scale_min, self.spec.scale_max
+        ledger = self.client.usage.prefixes
+        for o, i in zip(outputs, inputs, strict=False):  # the floor: each judged case once
+            ledger.case("\x1f".join(judge_case(self.spec, o, i)))
         if self._use_logprobs():
             return [{"messages": judge_messages(self.spec, o, i), "max_tokens": 1, "logprobs": True, "top_logprobs": 10}
                     for o, i in zip(outputs, inputs, strict=False)]

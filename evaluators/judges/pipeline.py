@@ -8,7 +8,7 @@ screens every candidate before paying for it (:mod:`.screening`): each is scored
 stratified subset of the training rows, and only those that add to the evaluator are scored on
 the rest; only the candidates the regression selects are scored on the held-out rows.  The
 features go to :func:`~autometrics.evaluators.induce.fit_on_features` (same split, same
-selection; negatively weighted judges are dropped).
+selection; a judge that reliably disagrees with the labels is used reversed, and says so).
 
 The LLM-free evaluator (MetricBank alone, what ``fit`` without ``--llm`` gives) is fitted first
 and is the floor: when no judge is selected, or the evaluator with judges does not beat it on the
@@ -16,7 +16,10 @@ held-out rows, the LLM-free evaluator is returned and the artifact says so (``ll
 held-out τ are stored, so the one-bit choice on the held-out rows is visible).  With a budget
 (``budget_seconds`` / ``max_judge_tokens``, :mod:`.budget`) the server's speed is measured with
 a warm-up call, candidates, rows and clipping are planned to fit, and scoring stops when the
-budget is spent.
+budget is spent.  Before any judge call (:mod:`.preflight`): the embedded server's speed is
+measured so per-call timeouts follow it, and text every training row shares (a prompt template)
+is elided from what generators and judges read.  The fit reports the judge prompt tokens sent,
+those a prefix cache could reuse, and the floor (``llm.tokens``).
 
 The artifact gains ``llm`` (models, per-stage usage, every candidate's fate and tokens, the
 screening rounds, the budget plan, the floor decision), ``generated`` (each judge's spec, Metric
@@ -40,10 +43,20 @@ from autometrics.evaluators.data import DataError
 from autometrics.evaluators.evaluator import Evaluator
 from autometrics.evaluators.induce import fit_on_features
 from autometrics.evaluators.judges import artifact as art
-from autometrics.evaluators.judges.budget import Budget, estimate_seconds, measure_speed, plan_fit, stage_estimates
+from autometrics.evaluators.judges.budget import Budget, measure_speed, plan_fit
 from autometrics.evaluators.judges.generate import generate_judges
-from autometrics.evaluators.judges.metric import JudgeSpec, LLMJudgeMetric, bind_client, judge_messages, unbind_clients
+from autometrics.evaluators.judges.metric import JudgeSpec, LLMJudgeMetric, bind_client, elide_text, unbind_clients
 from autometrics.evaluators.judges.options import LLMOptions
+from autometrics.evaluators.judges.preflight import (
+    affixes_of,
+    case_chars,
+    estimate_plan,
+    pace,
+    warmup_messages,
+)
+from autometrics.evaluators.judges.preflight import (
+    dry_run as plan_only,
+)
 from autometrics.evaluators.judges.screening import (
     CandidateContext,
     JudgeCandidate,
@@ -52,7 +65,7 @@ from autometrics.evaluators.judges.screening import (
     sample_groups,
     screened_fold_fit,
 )
-from autometrics.evaluators.llm.client import LLMCache, LLMClient, LLMConfig, LLMUnreachable, Usage, estimate_tokens
+from autometrics.evaluators.llm.client import LLMCache, LLMClient, LLMConfig, LLMUnreachable, Usage
 
 __all__ = ["fit_with_judges", "estimate_plan"]
 
@@ -81,52 +94,6 @@ def _bank_note(opts: LLMOptions, n_lab: int) -> str:
                if opts.use_bank != "never" else ")"))
 
 
-def _case_chars(lab) -> float:
-    inputs = lab.inputs if lab.has_input else [""] * len(lab)
-    return float(np.mean([len(i or "") + len(o or "") for i, o in zip(inputs, lab.outputs, strict=False)])) if len(lab) else 0.0
-
-
-def estimate_plan(n_labelled: int, n_train: int, avg_chars: float, opts: LLMOptions, *, bank_used: bool, top_n: int = 5) -> dict:
-    """Expected LLM calls and tokens per stage, before any call is made (judge scoring: the upper
-    bound of the screening schedule)."""
-    clip = opts.clip_chars
-    case = estimate_tokens("x" * int(min(avg_chars, 2 * clip) if clip else avg_chars))
-    local = LLMConfig.parse(opts.judge_llm or opts.llm).is_local
-    return stage_estimates(opts.counts, n_train, n_labelled - n_train, case, top_n=top_n,
-                           screening=opts.screening if opts.screen else None, rationales=opts.rationales, bank_used=bank_used,
-                           compare_multi=opts.compare_multi, local=local,
-                           generate=not opts.judge_specs)
-
-
-def _warmup_messages(lab, task) -> list[dict]:
-    """A judge prompt on a training example of median length: what the warm-up call times."""
-    lengths = [len(o or "") for o in lab.outputs]
-    k = int(np.argsort(lengths)[len(lengths) // 2])
-    spec = JudgeSpec(kind="single", criterion="Overall quality", description="how well the output does the task", task=task)
-    return judge_messages(spec, lab.outputs[k], lab.inputs[k] if lab.has_input else "")
-
-
-def _dry_run(lab, opts, train_pos, task, bank_used, top_n) -> dict:
-    """The plan per stage; with ``opts.warmup`` also seconds per stage at the speed two warm-up
-    calls measure (``speed``), and ``notes`` (e.g. that MetricBank is not a candidate)."""
-    if opts.judge_specs:  # given judges: no generation, that many candidates
-        n = len(opts.judge_specs)
-        opts = dataclasses.replace(opts, counts=dataclasses.replace(opts.counts, n_single=n, n_rubric=0, n_example=0,
-                                                                    n_optimized=0, n_code=0))
-    plan = estimate_plan(len(lab), len(train_pos), _case_chars(lab), opts, bank_used=bank_used, top_n=top_n)
-    if opts.warmup:
-        _gen, judge = _clients(opts)
-        judge.check_reachable()
-        speed = measure_speed(judge, _warmup_messages(lab, task))
-        if speed is not None:
-            secs = estimate_seconds(plan, speed)
-            for k, v in plan.items():
-                v["seconds"] = round(secs[k], 1)
-            plan["speed"] = speed.to_dict()
-    plan["notes"] = [] if bank_used else [_bank_note(opts, len(lab))]
-    return plan
-
-
 def _llm_free(lab, target, common, progress: bool = False, k: int = 8, dense: bool = True) -> tuple:
     """The floor: the MetricBank metrics the retrieval policy scores (every cheap one, the
     expensive ones by measured signal), fitted like ``fit`` without --llm."""
@@ -153,7 +120,8 @@ def fit_with_judges(ds, target: str, opts: LLMOptions, *, task: str | None = Non
     lab = ds.labelled(target)
     bank_used = _bank_used(opts, len(lab))
     if dry_run:
-        return _dry_run(lab, opts, lab.split_positions(test_size, seed)[0], task, bank_used, top_n)
+        return plan_only(lab, opts, lab.split_positions(test_size, seed)[0], task, bank_used, top_n,
+                        judge=_clients(opts)[1] if opts.warmup else None, bank_note=None if bank_used else _bank_note(opts, len(lab)))
     say = lambda m: echo(f"[{target}] {m}")  # noqa: E731
     notes: list[str] = []
     gen, judge = _clients(opts)
@@ -174,10 +142,10 @@ def fit_with_judges(ds, target: str, opts: LLMOptions, *, task: str | None = Non
         counts = dataclasses.replace(counts, n_single=len(given), n_rubric=0, n_example=0, n_optimized=0, n_code=0)
     if opts.budget_seconds or opts.max_judge_tokens:
         budget = Budget(seconds=opts.budget_seconds, tokens=opts.max_judge_tokens, usage=gen.usage, started=started)
-        budget.speed = measure_speed(judge, _warmup_messages(lab, task))
+        budget.speed = measure_speed(judge, warmup_messages(lab, task))
         if budget.speed is None:
             notes.append("the warm-up call failed: the budget is enforced while scoring but not planned")
-        plan = plan_fit(budget, budget.speed, n_lab=len(lab), test_size=test_size, case_chars=_case_chars(lab), counts=counts,
+        plan = plan_fit(budget, budget.speed, n_lab=len(lab), test_size=test_size, case_chars=case_chars(lab), counts=counts,
                         top_n=top_n, screening=opts.screening if opts.screen else None, rationales=opts.rationales,
                         bank_used=bank_used,
                         local=judge.config.is_local, clip_chars=clip, generate=not given)
@@ -208,6 +176,12 @@ def fit_with_judges(ds, target: str, opts: LLMOptions, *, task: str | None = Non
     inputs = lab.inputs if lab.has_input else [""] * n_lab
     outputs = lab.outputs
     groups = lab.frame["group"].astype(str).to_numpy()
+    for line in pace((gen, judge), lab, task, budget.speed if budget else None):
+        say(line)
+    affix = affixes_of(lab, train_pos)  # text every row shares: judges and generators see what differs
+    if affix:
+        say("not shown to the judges (every training row has it): " + ", ".join(
+            f"{len(t)} characters at the {w} of each {k}" for k, (a, b) in affix.items() for t, w in ((a, "start"), (b, "end")) if t))
     bind_client(judge)
     try:
         if plan is not None and not plan.fits and free is not None:
@@ -220,12 +194,12 @@ def fit_with_judges(ds, target: str, opts: LLMOptions, *, task: str | None = Non
         else:
             say(f"generating judges with {gen.config.model} (judge: {judge.config.model}) ...")
             specs, gen_notes = generate_judges(
-                task, target, [inputs[i] for i in train_pos], [outputs[i] for i in train_pos], y[train_pos],
+                task, target, [elide_text(inputs[i], (affix or {}).get("input")) for i in train_pos],
+                [elide_text(outputs[i], (affix or {}).get("output")) for i in train_pos], y[train_pos],
                 generator=gen, judge=judge, counts=counts, seed=seed,
             )
             notes += gen_notes
-        if clip:
-            specs = [dataclasses.replace(s, clip_chars=clip) for s in specs]
+        specs = [dataclasses.replace(s, clip_chars=clip or s.clip_chars, elide=s.elide or affix) for s in specs]
         judges = [LLMJudgeMetric.from_spec(s, judge.config, feature=f, mode=opts.judge_mode)
                   for s, f in zip(specs, _unique_features(specs), strict=False)]
         for j in judges:
@@ -287,6 +261,10 @@ def fit_with_judges(ds, target: str, opts: LLMOptions, *, task: str | None = Non
         returned, why = _floor(result, free, {c.name for c in cands}, stopped, bool(outcome.finalists), free_same)
         if returned is result and free is not None and not lab.has_holdout(test_size):
             _pay_for_the_choice(result, lab, target, Xb, meta_b, X, meta, fold, common, say)
+        tok = judge.usage.token_report(_JUDGING)
+        if tok:
+            say(f"judge prompts: {tok['sent']:,} tokens sent, {tok['evaluated']:,} not reusable from a prefix cache; the floor "
+                f"(each judged case once) {tok['floor']:,}: {tok['sent_over_floor']:.1f}x and {tok['evaluated_over_floor']:.1f}x")
         say(("returned the evaluator with judges: " if returned is result else "returned the LLM-free evaluator: ") + why)
         a = returned.evaluator.artifact
         weights = {f["feature"]: f["weight"] for f in (result.evaluator.features if result else [])}
@@ -321,6 +299,7 @@ def fit_with_judges(ds, target: str, opts: LLMOptions, *, task: str | None = Non
                     "candidates": fates, "screening": screening, "floor": floor,
                     "budget": ({"plan": plan.to_dict() if plan else None, **budget.to_dict()} if budget else None),
                     "multi_vs_single": multi, "scoring_prefix_cache": prefix_cache,
+                    "tokens": {"judging": judge.usage.token_report(_JUDGING), "all_stages": judge.usage.token_report(("",))},
                     "seconds": round(time.perf_counter() - started, 1)}
         a["generated"] = generated
         # which MetricBank metrics were scored: part of the returned evaluator when the bank is in it
@@ -415,6 +394,10 @@ def _pay_for_the_choice(result, lab, target, Xb, meta_b, X, meta, fold, common, 
 def _tau(res) -> str:
     t = res.evaluator.statistics["test"]["tau"] if res is not None else None
     return "undefined" if t is None else f"{t:.3f}"
+
+
+#: the stages that send judge prompts (scoring, and choosing demonstration sets when asked to)
+_JUDGING = ("score:", "generate:example")
 
 
 def _floor(result, free, candidate_names: set, stopped: str | None, finalists: bool = False, free_same=None) -> tuple:

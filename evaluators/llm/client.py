@@ -120,6 +120,10 @@ class LLMClient:
         self._http = None
         self._http_lock = threading.Lock()
         self._no_structured = False  # set when the endpoint refused response_format
+        #: a measured server speed (:class:`autometrics.evaluators.judges.budget.Speed`); when set, a
+        #: call's timeout is at least 3x the time its size needs at that speed (a slow embedded
+        #: model on a long generation prompt is not cut at a fixed timeout)
+        self.speed = None
         # set on the first "nothing listens there" error: later calls fail at once, without a
         # network round trip or a retry (a fit then stops with this reason instead of hanging)
         self.unreachable: str | None = None
@@ -152,8 +156,9 @@ class LLMClient:
             if hit is not None:
                 self.usage.add(stage, cache_hits=1)
                 return LLMResponse(**hit, cached=True)
+        self.usage.note_prompt(stage, "\n".join(str(m.get("content") or "") for m in messages))
         started = time.perf_counter()
-        resp = self._call_with_retries(messages, params, stage)
+        resp = self._call_with_retries(messages, params, stage, *self.timeouts(messages, params["max_tokens"]))
         self.usage.add(
             stage,
             seconds=time.perf_counter() - started,
@@ -213,26 +218,40 @@ class LLMClient:
             raise LLMUnreachable(f"cannot reach the LLM endpoint: {self.unreachable}. Start the server, or point --llm at "
                                  "one that runs (e.g. `local` for the embedded model, or openai/MODEL@http://host:port/v1)")
 
+    def timeouts(self, messages, max_tokens: int) -> tuple[float, float]:
+        """(per-attempt timeout, deadline of the request) in seconds: the configured ones, raised to
+        3x (6x) what the call needs at the measured :attr:`speed` with ``concurrency`` calls queued
+        ahead of it."""
+        t, d = self.config.timeout, self.config.deadline
+        if self.speed is not None:
+            prompt = sum(estimate_tokens(str(m.get("content") or "")) for m in messages)
+            need = self.speed.seconds(prompt, max_tokens) * max(1, int(self.config.concurrency))
+            t = max(t, 3.0 * need)
+            d = max(d, 2.0 * t)
+        return t, d
+
     def close(self) -> None:
         if self._http is not None:
             self._http.close()
             self._http = None
 
     # ---------------------------------------------------------------- internals
-    def _call_with_retries(self, messages, params, stage) -> LLMResponse:
+    def _call_with_retries(self, messages, params, stage, timeout: float | None = None, deadline: float | None = None) -> LLMResponse:
         """Retry only what can pass on a second try (429, 5xx, timeouts, dropped connections,
         malformed bodies), with backoff, and never past ``config.deadline`` seconds in all."""
         delay = self.config.backoff
         last = "no attempt"
-        give_up_at = time.monotonic() + self.config.deadline
+        timeout = timeout or self.config.timeout
+        deadline = deadline or self.config.deadline
+        give_up_at = time.monotonic() + deadline
         for attempt in range(self.config.max_retries + 1):
             if self.unreachable:
                 return LLMResponse(error=f"endpoint unreachable: {self.unreachable}")
             self.usage.add(stage, calls=1)
             try:
                 if self.config.uses_openai_http():
-                    return self._call_http(messages, params)
-                return self._call_litellm(messages, params)
+                    return self._call_http(messages, params, timeout)
+                return self._call_litellm(messages, params, timeout)
             except _Fatal as exc:
                 return LLMResponse(error=str(exc))
             except _Unreachable as exc:
@@ -244,7 +263,7 @@ class LLMClient:
                     break
                 wait = min(60.0, exc.retry_after if exc.retry_after is not None else delay * (1 + 0.25 * random.random()))
                 if time.monotonic() + wait >= give_up_at:
-                    return LLMResponse(error=f"gave up after {attempt + 1} attempts ({self.config.deadline:g} s deadline): {last}")
+                    return LLMResponse(error=f"gave up after {attempt + 1} attempts ({deadline:g} s deadline): {last}")
                 self.usage.add(stage, retries=1)
                 log.info("retrying after %s (attempt %d, wait %.2fs)", exc, attempt + 1, wait)
                 time.sleep(wait)
@@ -269,7 +288,7 @@ class LLMClient:
             return {"type": "json_object", "schema": schema}
         return {"type": "json_schema", "json_schema": {"name": "reply", "schema": schema, "strict": True}}
 
-    def _call_http(self, messages, params) -> LLMResponse:
+    def _call_http(self, messages, params, timeout: float | None = None) -> LLMResponse:
         import httpx
 
         base = self.config.resolved_api_base()
@@ -291,7 +310,9 @@ class LLMClient:
         if key:
             headers["Authorization"] = f"Bearer {key}"
         try:
-            r = self._client().post(f"{base}/chat/completions", json=body, headers=headers)
+            t = timeout or self.config.timeout
+            r = self._client().post(f"{base}/chat/completions", json=body, headers=headers,
+                                    timeout=httpx.Timeout(t, connect=min(10.0, t)))
         except httpx.TimeoutException as exc:
             raise _Retryable(f"timeout ({type(exc).__name__})") from None
         except httpx.ConnectError as exc:
@@ -332,12 +353,12 @@ class LLMClient:
             completion_tokens=int(usage.get("completion_tokens") or estimate_tokens(text)),
         )
 
-    def _call_litellm(self, messages, params) -> LLMResponse:
+    def _call_litellm(self, messages, params, timeout: float | None = None) -> LLMResponse:
         os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
         import litellm
 
         kw = {"model": self.config.model, "messages": messages, "max_tokens": params["max_tokens"],
-              "temperature": params["temperature"], "timeout": self.config.timeout, "num_retries": 0}
+              "temperature": params["temperature"], "timeout": timeout or self.config.timeout, "num_retries": 0}
         if params.get("logprobs"):
             kw["logprobs"] = True
             kw["top_logprobs"] = params["top_logprobs"]

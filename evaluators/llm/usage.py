@@ -5,7 +5,9 @@ Kept apart from the client so results and accounting read on their own; re-expor
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
+import hashlib
 import threading
 from dataclasses import dataclass
 
@@ -50,6 +52,50 @@ class StageUsage:
     failures: int = 0  # requests that failed after all retries
     parse_failures: int = 0  # replies that could not be read as a score (-> missing values)
     seconds: float = 0.0
+    prompt_chars: int = 0  # characters of the prompts sent to the endpoint (cache misses only)
+    reusable_chars: int = 0  # of those, the leading characters an earlier prompt of this client shares
+
+
+class PrefixLedger:
+    """What an ideal prefix cache could reuse: for each prompt sent, the length of its longest
+    common prefix with any earlier prompt (one of its two neighbours in sorted order holds it).
+    Also the *floor*: each judged case (input and output as the judge saw them) counted once.
+    Prompts are kept in memory (a fit's judge prompts: a few MB)."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._seen: list[str] = []
+        self._cases: dict[str, int] = {}
+
+    def add(self, text: str) -> int:
+        """Record one prompt; returns the characters of it an earlier prompt shares."""
+        with self._lock:
+            k = bisect.bisect_left(self._seen, text)
+            best = max((_common_prefix(text, q) for q in self._seen[max(0, k - 1): k + 1]), default=0)
+            self._seen.insert(k, text)
+        return best
+
+    def case(self, text: str) -> None:
+        key = hashlib.blake2b(text.encode("utf-8", "replace"), digest_size=12).hexdigest()
+        with self._lock:
+            self._cases.setdefault(key, len(text))
+
+    @property
+    def floor_chars(self) -> int:
+        with self._lock:
+            return sum(self._cases.values())
+
+
+def _common_prefix(a: str, b: str) -> int:
+    n = min(len(a), len(b))
+    lo, hi = 0, n  # binary search on slice equality: C-speed comparisons, O(log n) of them
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if a[:mid] == b[:mid]:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
 
 
 class Usage:
@@ -58,6 +104,27 @@ class Usage:
     def __init__(self):
         self._lock = threading.Lock()
         self.stages: dict[str, StageUsage] = {}
+        self.prefixes = PrefixLedger()
+
+    def note_prompt(self, stage: str, text: str) -> None:
+        """Count a prompt that goes to the endpoint, and how much of it an earlier one shares."""
+        self.add(stage, prompt_chars=len(text), reusable_chars=self.prefixes.add(text))
+
+    def token_report(self, stages: tuple[str, ...] = ("score:",)) -> dict | None:
+        """Prompt tokens sent by the stages whose names start with ``stages``, those an ideal prefix
+        cache would reuse, and the floor (each judged case once); tokens estimated as chars / 4
+        (the same estimate for all three, so their ratios are exact in characters)."""
+        with self._lock:
+            picked = [v for k, v in self.stages.items() if k.startswith(stages)]
+            sent = sum(v.prompt_chars for v in picked)
+            reusable = sum(v.reusable_chars for v in picked)
+        floor = self.prefixes.floor_chars
+        if not sent or not floor:
+            return None
+        return {"sent": sent // 4, "reusable": reusable // 4, "evaluated": (sent - reusable) // 4, "floor": floor // 4,
+                "sent_over_floor": round(sent / floor, 2), "evaluated_over_floor": round((sent - reusable) / floor, 2),
+                "note": "tokens estimated as characters / 4; reusable: leading text an earlier prompt of the fit shares "
+                        "(what an ideal prefix cache would not evaluate again); floor: each judged case's text once"}
 
     def _stage(self, stage: str) -> StageUsage:
         if stage not in self.stages:

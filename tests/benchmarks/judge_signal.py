@@ -8,7 +8,8 @@ The judge is the stand-in OpenAI-compatible server (tests/scripted_judge_server.
 each criterion from a script whose agreement with the human label is known: two "signal"
 criteria (one single-criterion, one rubric) read the label through noise calibrated to
 Kendall τ ≈ ``--tau`` on the whole dataset, one "reversed" criterion reads it upside down
-(τ ≈ −tau), and ``--n-noise`` criteria are deterministic noise.  Every seed draws ``--train``
+(τ ≈ −tau), and ``--n-noise`` criteria are deterministic noise, as is an example-based judge
+(five demonstrations from the training rows, the longest prompt; ``--no-example`` leaves it out).  Every seed draws ``--train``
 training rows and ``--test`` held-out rows as whole input groups (disjoint), fits with the
 default flags and the given judges (no generation, so every seed sees the same criteria), and
 evaluates on the held-out rows.
@@ -35,6 +36,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import numpy as np
+
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -45,20 +48,20 @@ sys.path.insert(0, str(ROOT / "tests"))
 SIGNAL = {"Meaning preservation": "the output keeps every piece of meaning of the input",
           "Overall adequacy": "how well the output does the task, all things considered"}
 REVERSED = {"Needless change": "how much the output changes that did not need changing"}
+EXAMPLE = "Overall, like the scored examples"  # the example-based judge (demonstrations from the training rows); noise
 NOISE = ["Fluency", "Formality", "Tone", "Style", "Politeness", "Creativity", "Humour", "Vividness", "Rhythm", "Warmth"]
 RUBRIC = {str(k): v for k, v in enumerate(["very poor", "poor", "acceptable", "good", "excellent"], 1)}
 
 
-def levels(values) -> "np.ndarray":  # noqa: F821
+def levels(values) -> np.ndarray:
     import numpy as np
 
     q = np.quantile(values, [0.2, 0.4, 0.6, 0.8])
     return np.searchsorted(q, values) + 1
 
 
-def calibrated(z, tau: float, rng) -> "np.ndarray":  # noqa: F821
+def calibrated(z, tau: float, rng) -> np.ndarray:
     """Levels 1..5 of z + s·noise with s chosen (bisection) so that τ(levels, z) ≈ tau."""
-    import numpy as np
     from autometrics.evaluators.stats import kendall_tau
 
     noise = rng.normal(size=len(z))
@@ -81,8 +84,23 @@ def judge_values(df, target: str, tau: float, seed: int, n_noise: int) -> dict[s
     outs = df["output"].astype(str).tolist()
     table = {c: dict(zip(outs, calibrated(z, tau, rng), strict=True)) for c in SIGNAL}
     table |= {c: dict(zip(outs, calibrated(-z, tau, rng), strict=True)) for c in REVERSED}
-    table |= {c: {o: float(noise_score(c, o)) for o in outs} for c in NOISE[:n_noise]}
+    table |= {c: {o: float(noise_score(c, o)) for o in outs} for c in [*NOISE[:n_noise], EXAMPLE]}
     return table
+
+
+def example_spec(task, train, target, seed):
+    """The example-based judge as a fit generates it (one typical demonstration per label quintile
+    of the training rows, no judge calls): its ~5 demonstrations make it the longest prompt."""
+    import numpy as np
+    from autometrics.evaluators.judges.generate import quintile_scores, typical_demonstrations
+    from autometrics.evaluators.judges.metric import JudgeSpec
+
+    ins, outs = train["input"].astype(str).tolist(), train["output"].astype(str).tolist()
+    y = train[target].to_numpy(dtype=float)
+    q = quintile_scores(y)
+    picked = typical_demonstrations(ins, outs, y, np.random.default_rng(seed))
+    return JudgeSpec(kind="example", criterion=EXAMPLE, task=task, description="match the scored examples",
+                     demonstrations=[{"input": ins[i][:400], "output": outs[i], "score": int(q[i])} for i in picked])
 
 
 def specs_for(task: str, n_noise: int) -> list:
@@ -107,7 +125,7 @@ def prefix_tokens(prompts: list[str]) -> tuple[int, int]:
         k = bisect.bisect_left(seen, p)
         for q in seen[max(0, k - 1): k + 1]:
             n = 0
-            for a, b in zip(p, q):
+            for a, b in zip(p, q, strict=False):
                 if a != b:
                     break
                 n += 1
@@ -170,14 +188,13 @@ def oracle_tau(ds, target, task, truth, seed, top_n) -> float | None:
 
 
 def run_seed(full, target, task, n_train, n_test, seed, args) -> dict:
+    import numpy as np
+    import pandas as pd
     from autometrics.evaluators.data import load_dataset
     from autometrics.evaluators.fit import fit_evaluator
     from autometrics.evaluators.judges.options import LLMOptions
     from autometrics.evaluators.llm.client import estimate_tokens
     from scripted_judge_server import ScriptedJudgeServer
-
-    import numpy as np
-    import pandas as pd
 
     test = sample(full, n_test, set(), 10_000 + seed)
     train = sample(full, n_train, set(test["input"].astype(str)), seed)
@@ -185,7 +202,7 @@ def run_seed(full, target, task, n_train, n_test, seed, args) -> dict:
     ds = load_dataset(df, target)
     ds = ds.with_split(np.arange(len(train)), np.arange(len(train), len(df)))
     truth = judge_values(full, target, args.tau, seed, args.n_noise)
-    specs = specs_for(task, args.n_noise)
+    specs = specs_for(task, args.n_noise) + ([example_spec(task, train, target, seed)] if args.example else [])
     with ScriptedJudgeServer(lambda c, o, i: truth.get(c, {}).get(o)) as server:
         rec = Recorder(server)
         cache = Path(tempfile.mkdtemp(prefix="autometrics-signal-bench-")) / "llm-cache.sqlite"
@@ -208,9 +225,10 @@ def run_seed(full, target, task, n_train, n_test, seed, args) -> dict:
            "tau_returned": a["statistics"]["test"]["tau"], "tau_llm_free": t_free, "tau_oracle": t_oracle,
            "returned": a["method"]["returned"], "used": sorted(used_crit),
            "signal_kept": sum(c in used_crit for c in SIGNAL), "reversed_used": any(c in used_crit for c in REVERSED),
-           "noise_kept": sum(c in used_crit for c in NOISE), "fates": {crit_of.get(c["feature"], c["feature"]): f"{c['fate']}: {c.get('detail', '')}" for c in a["llm"]["candidates"]},
+           "noise_kept": sum(c in used_crit for c in [*NOISE, EXAMPLE]), "fates": {crit_of.get(c["feature"], c["feature"]): f"{c['fate']}: {c.get('detail', '')}" for c in a["llm"]["candidates"]},
            "tokens_sent": sent // 4, "tokens_evaluated": evaluated // 4, "tokens_floor": floor_tokens,
-           "judge_requests": len(rec.prompts), "seconds": round(wall, 1)}
+           "judge_requests": len(rec.prompts), "seconds": round(wall, 1),
+           "fit_token_report": (a["llm"].get("tokens") or {}).get("judging")}
     row["gain"] = None if t_free is None else row["tau_returned"] - t_free
     row["oracle_gain"] = None if t_free is None or t_oracle is None else t_oracle - t_free
     return row
@@ -231,6 +249,7 @@ def main(argv=None) -> int:
     p.add_argument("--n-noise", type=int, default=6)
     p.add_argument("--top-n", type=int, default=5)
     p.add_argument("--use-bank", default="auto", choices=["auto", "always", "never"])
+    p.add_argument("--no-example", dest="example", action="store_false", help="leave out the example-based judge")
     p.add_argument("--out", default=str(ROOT / "tests" / "benchmarks" / "results"))
     args = p.parse_args(argv)
 
@@ -252,7 +271,7 @@ def main(argv=None) -> int:
         ogains = [r["oracle_gain"] for r in rows if r["gain"] is not None and r["oracle_gain"] is not None]
         s = {"seeds": len(rows),
              "both_signal_kept": sum(r["signal_kept"] == 2 for r in rows),
-             "noise_kept_share": sum(r["noise_kept"] for r in rows) / max(1, len(rows) * args.n_noise),
+             "noise_kept_share": sum(r["noise_kept"] for r in rows) / max(1, len(rows) * (args.n_noise + args.example)),
              "reversed_used": sum(r["reversed_used"] for r in rows),
              "mean_gain": float(np.mean(gains)) if gains else None,
              "mean_oracle_gain": float(np.mean(ogains)) if ogains else None,
@@ -266,7 +285,7 @@ def main(argv=None) -> int:
               f"the floor, evaluated {s['evaluated_over_floor']:.1f}×\n", flush=True)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    path = out / f"judge_signal_{args.data}.json"
+    path = out / f"judge_signal_{args.data}{'' if args.use_bank == 'auto' else '_bank-' + args.use_bank}.json"
     path.write_text(json.dumps({"data": args.data, "target": target, "tau": args.tau, "n_noise": args.n_noise,
                                 "use_bank": args.use_bank, "curve": curve,
                                 "machine": {"python": platform.python_version(), "cpus": os.cpu_count(),

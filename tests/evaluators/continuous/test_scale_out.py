@@ -193,7 +193,7 @@ def _judged_outputs(srv) -> list[str]:
 
     out = []
     for r in srv.requests:
-        m = re.search(r"Output:\n(.*?)\n\n(?:Criterion:|Instructions:|For calibration)", r["messages"][-1]["content"], flags=re.S)
+        m = re.search(r"Output:\n(.*?)\n\n(?:Criterion:|Instructions:|For calibration|Rate the output)", r["messages"][-1]["content"], flags=re.S)
         if m and r.get("max_tokens") == 1:
             out.append(m.group(1))
     return out

@@ -44,7 +44,7 @@ def _plan(seconds, *, case_chars=6000.0, n_lab=200, counts=PAPER_COUNTS):
 def test_a_plan_clips_long_examples_first_then_drops_candidates_then_rows():
     roomy = _plan(10 ** 7)
     assert roomy.fits and roomy.clip_chars is None and roomy.counts == PAPER_COUNTS and roomy.rows is None
-    estimates = [_plan(s) for s in (roomy.seconds * 0.7, roomy.seconds * 0.2, roomy.seconds * 0.03, 1.0)]
+    estimates = [_plan(s) for s in (roomy.seconds * 0.7, roomy.seconds * 0.2, roomy.seconds * 0.06, 1.0)]
     clipped, fewer, smaller, hopeless = estimates
     assert clipped.fits and clipped.clip_chars and clipped.n_candidates == roomy.n_candidates and clipped.rows is None
     assert fewer.fits and fewer.clip_chars and fewer.n_candidates < roomy.n_candidates and fewer.counts.n_optimized == 0

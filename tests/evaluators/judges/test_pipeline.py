@@ -123,8 +123,9 @@ def test_thirty_percent_faults_give_the_same_evaluator_as_a_clean_run(fake, tmp_
 
 
 def test_judge_prompts_share_the_case_prefix():
-    """Every judge kind puts the case (task, input, output) first, so a prefix cache serves all
-    criteria of one example; the judge-specific parts come after it."""
+    """Judges without demonstrations put the case (task, input, output) first, so a prefix cache
+    serves all criteria of one example; the judge-specific parts come after it.  A judge with
+    demonstrations puts its (long, row-independent) block first and the case after it."""
     from autometrics.evaluators.judges.metric import JudgeSpec, judge_messages
 
     specs = [JudgeSpec(kind="single", criterion="Fluency", description="fluent", task="T"),
@@ -134,9 +135,13 @@ def test_judge_prompts_share_the_case_prefix():
              JudgeSpec(kind="optimized", criterion="Overall", task="T", instructions="Be harsh.")]
     msgs = [judge_messages(s, "the output text", "the input text") for s in specs]
     case = "Task: T\n\nInput:\nthe input text\n\nOutput:\nthe output text\n\n"
-    for m in msgs:
+    for s, m in zip(specs, msgs, strict=True):
         assert m[0] == msgs[0][0]  # one system message for all
-        assert m[1]["content"].startswith(case)
+        if s.demonstrations:
+            assert m[1]["content"].startswith("Task: T\n\nFor calibration")
+            assert "Now judge this case (not the examples above):\n\nInput:\nthe input text\n\nOutput:\nthe output text\n\n" in m[1]["content"]
+        else:
+            assert m[1]["content"].startswith(case)
     demo = msgs[2][1]["content"]
     assert "x" * 300 in demo and "x" * 301 not in demo  # demonstrations are clipped
 
