@@ -78,6 +78,16 @@ class Counters:
             return dict(self._c)
 
 
+def disk_full(exc: BaseException) -> bool:
+    """A write failed because the disk (or the user's quota) is full: ENOSPC/EDQUOT, or SQLite's
+    SQLITE_FULL ("database or disk is full")."""
+    import errno
+
+    if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, getattr(errno, "EDQUOT", -1)):
+        return True
+    return "database or disk is full" in str(exc) or getattr(exc, "sqlite_errorname", "") == "SQLITE_FULL"
+
+
 class BatchWriter:
     """Bounded queue of ``("span", ReadableSpan)`` / ``("feedback", dict)`` items, written in
     batches by a background thread; failed batches go to ``spool`` (when given and the sink can
@@ -119,11 +129,27 @@ class BatchWriter:
         self._flush_gen = 0  # flush requests; _handled_gen: the last one the writer answered
         self._handled_gen = 0
         self._losses = 0  # items failed, rejected or lost so far: flush() reports any during its wait
+        self._spool_lock = threading.Lock()  # the app's threads spool too (overflow, durable items)
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
 
-    def put(self, kind: str, item) -> bool:
-        """Queue one item; False (and a drop counted) when the queue is full or stopped."""
+    def put(self, kind: str, item, *, durable: bool = False) -> bool:
+        """Queue one item; False (and a drop counted) when it could not be kept.
+
+        With a spool, an item that does not fit the full queue goes to the spool instead of the
+        floor (``{kind}_overflow_spooled``), and a ``durable`` item (feedback, whose id the caller
+        hands out) is written to the spool before this returns: it survives ``kill -9`` of the app
+        from that moment on, and the writer delivers it from there."""
+        if self.spool is not None and not self._stop and (durable or len(self._q) >= self.max_queue):
+            with self._spool_lock:
+                kept = self._to_spool(*(([item], []) if kind == "span" else ([], [item])), outage=False)
+            if kept:
+                if not durable:
+                    self.counters.add(f"{kind}_overflow_spooled")
+                with self._cv:
+                    self._next_replay = time.monotonic()  # deliver it now, not at the next backoff
+                    self._cv.notify()
+                return True
         with self._cv:
             if self._stop or len(self._q) >= self.max_queue:
                 self.counters.add(f"{kind}_dropped")
@@ -210,7 +236,8 @@ class BatchWriter:
         spans = [x for k, x in batch if k == "span"]
         fb = [x for k, x in batch if k == "feedback"]
         if self.spool is not None and self._backlog:
-            self._to_spool(spans, fb)  # behind what already waits: order is kept
+            with self._spool_lock:
+                self._to_spool(spans, fb)  # behind what already waits: order is kept
             return
         attempts = 1 if self.spool is not None else self.retries + 1
         for attempt in range(attempts):
@@ -227,7 +254,8 @@ class BatchWriter:
                 if attempt + 1 < attempts and not self._stop:
                     time.sleep(self.retry_delay * (attempt + 1))
         if self.spool is not None:
-            self._to_spool(spans, fb)
+            with self._spool_lock:
+                self._to_spool(spans, fb)
             self._next_replay = time.monotonic() + self._backoff
         else:
             self._lost("failed", len(spans), len(fb))
@@ -249,21 +277,36 @@ class BatchWriter:
             self.errors.warning("rejected", "autometrics: %s refused %d span(s) and %d feedback item(s), not retried: %s",
                                 self.sink, rs, rf, reason)
 
-    def _to_spool(self, spans: list, fb: list) -> None:
-        """Durably keep a batch the sink could not take; loss only when the spool is full."""
+    def _to_spool(self, spans: list, fb: list, outage: bool = True) -> bool:
+        """Durably keep a batch the sink could not take; loss only when the spool (or its disk) is
+        full.  True when every item was kept."""
         try:
             records = self.sink.encode(spans, fb)
         except Exception as exc:  # an item that cannot be serialised: not the spool's fault
             self._lost("failed", len(spans), len(fb))
             self.errors.warning("spool-encode", "autometrics: a batch could not be serialised for the spool, dropped: %s: %s",
                                 type(exc).__name__, _short(exc))
-            return
-        try:
-            stored = self.spool.append(self.sink.target, [(r.kind, r.encoding, r.items, r.payload) for r in records])
-        except Exception as exc:
+            return False
+        spool = self.spool
+        if spool is None:
             self._lost("failed", len(spans), len(fb))
-            self._spool_unusable(exc)
-            return
+            return False
+        try:
+            stored = spool.append(self.sink.target, [(r.kind, r.encoding, r.items, r.payload) for r in records])
+        except Exception as exc:
+            if not disk_full(exc):
+                self._lost("failed", len(spans), len(fb))
+                self._spool_unusable(exc)
+                return False
+            # the disk is full, not the spool broken: these items are lost (counted as the README
+            # says); the spool stays, what it holds is replayed, and later items are tried again
+            stored = [False] * len(records)
+            self.errors.warning("spool-disk-full", "autometrics: the disk holding the spool %s is full: %d item(s) lost (counted "
+                                "as *_lost_spool_full); free space there: %s", spool.path, len(spans) + len(fb), _short(exc))
+            for r in records:
+                self.counters.add(f"{r.kind}_lost_spool_full", r.items)
+                self._losses += r.items
+            return False
         for r, ok in zip(records, stored, strict=True):
             if ok:
                 self.counters.add(f"{r.kind}_spooled", r.items)
@@ -275,10 +318,11 @@ class BatchWriter:
                 self.errors.warning(f"spool-full-{r.kind}", "autometrics: the spool %s is full (spool_max_mb=%.0f): %d %s "
                                     "item(s) lost (see autometrics.stats())", self.spool.path, self.spool.max_bytes / 2**20,
                                     r.items, r.kind)
-        if self._backlog and not self._outage_logged:
+        if outage and self._backlog and not self._outage_logged:
             self._outage_logged = True
             self.errors.warning("spool-outage", "autometrics: %s unreachable; keeping spans and feedback in the spool %s "
-                                "until it is back", self.sink, self.spool.path)
+                                "until it is back", self.sink, spool.path)
+        return all(stored)
 
     def _replay_once(self) -> bool:
         """Send the oldest spooled records of this sink; False when the sink still fails."""

@@ -42,6 +42,28 @@ DEFAULT_LIKERT_SCALE = (1.0, 5.0)
 MAX_LABEL_CHARS = 1000
 MAX_CORRECTION_CHARS = 1 << 20  # a corrected output (it becomes a reference): as long as a span's longest field
 MAX_METADATA_CHARS = 64 << 10  # free-form metadata, as JSON text
+MAX_COMMENT_CHARS = 10_000  # a longer comment is kept cut, with a marker saying so (and the row's "truncated")
+MAX_SOURCE_CHARS = 200
+
+
+def clip_marked(text: str, limit: int) -> tuple[str, bool]:
+    """(``text`` at most ``limit`` characters, cut?): a cut text ends with a marker saying how long
+    it was, so nobody reads a truncated comment as whole."""
+    if len(text) <= limit:
+        return text, False
+    marker = f" [… truncated by autometrics: {len(text):,} characters, the first {{kept:,}} kept]"
+    kept = limit
+    for _ in range(3):  # the marker's length depends on the number it shows
+        kept = max(0, limit - len(marker.format(kept=kept)))
+    return text[:kept] + marker.format(kept=kept), True
+
+
+def _no_nul(value, field: str) -> None:
+    """NUL bytes are refused: the stores cannot keep them (Postgres text) and they hide text from
+    most tools (C strings end there)."""
+    if isinstance(value, str) and "\x00" in value:
+        raise FeedbackValueError(f"{field} contains a NUL byte (\\x00) at character {value.index(chr(0))}; remove it "
+                                 "(the store cannot keep NUL bytes)", field=field, code="nul_byte")
 
 
 class FeedbackValueError(ValueError):
@@ -245,6 +267,8 @@ def make_feedback_row(trace_id, name, value, comment=None, kind=None, span_id=No
     if not isinstance(trace_id, str) or not _HEX32.match(trace_id.strip().lower().replace("-", "")):
         raise FeedbackValueError(f"trace_id must be 32 hex digits, not {trace_id!r}", field="trace_id", code="bad_trace_id")
     trace_id = trace_id.strip().lower().replace("-", "")
+    for field, v in (("name", name), ("id", id), ("source", source), ("comment", comment), ("value", value)):
+        _no_nul(v, field)
     if trace_id == "0" * 32:
         raise FeedbackValueError("trace_id must not be all zeros", field="trace_id", code="bad_trace_id")
     if span_id is not None and (not isinstance(span_id, str) or not _HEX16.match(span_id.lower())):
@@ -268,6 +292,11 @@ def make_feedback_row(trace_id, name, value, comment=None, kind=None, span_id=No
         if len(meta) > MAX_METADATA_CHARS:
             raise FeedbackValueError(f"metadata is {len(meta):,} characters as JSON, over the {MAX_METADATA_CHARS:,} limit",
                                      field="metadata", code="too_long")
+    comment, cut_comment = (None, False) if comment is None else clip_marked(str(comment), MAX_COMMENT_CHARS)
+    source = None if source is None else str(source)
+    if len(source or "") > MAX_SOURCE_CHARS:
+        raise FeedbackValueError(f"source is {len(source):,} characters, over the {MAX_SOURCE_CHARS} limit", field="source",
+                                 code="too_long")
     row = {
         "id": id or uuid.uuid4().hex,
         "trace_id": trace_id,
@@ -276,11 +305,13 @@ def make_feedback_row(trace_id, name, value, comment=None, kind=None, span_id=No
         "kind": schema.kind,
         "value": num,
         "value_text": text,
-        "comment": None if comment is None else str(comment)[:10_000],
-        "source": None if source is None else str(source)[:200],
+        "comment": comment,
+        "source": source,
         "created_at_ns": _timestamp_ns(timestamp),
         "metadata": meta,
     }
+    if cut_comment:  # not a column: the SDK and the collector count it and say so
+        row["truncated"] = ["comment"]
     if given is None:
         row["kind_inferred"] = True
         row["raw_value"] = value  # a JSON scalar here: other values were refused above (or are corrections)

@@ -19,7 +19,7 @@ import tempfile
 from pathlib import Path
 
 __all__ = ["data_dir", "data_path", "json_safe", "dumps", "atomic_write_text", "atomic_write_files", "package_version",
-           "OVERRIDES"]
+           "OVERRIDES", "spreadsheet_safe", "FORMULA_START", "sweep_stale_temps", "os_error_fix"]
 
 # file -> the variable that overrides its location (a path); the default is data_dir() / file
 OVERRIDES = {
@@ -95,30 +95,89 @@ def atomic_write_text(path, text: str, *, encoding: str = "utf-8") -> Path:
     interrupted write never leaves a half-written file or replaces a good one."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    sweep_stale_temps(path)
+    fd, tmp = tempfile.mkstemp(prefix=_temp_prefix(path), suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "w", encoding=encoding) as fh:
             fh.write(text)
         os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
+    except BaseException as exc:
+        _unlink(tmp)
+        _name_the_path(exc, path)
         raise
     return path
 
 
+def _temp_prefix(path: Path) -> str:
+    # the writer's pid is in the name: a later write finds the temporaries of a killed writer
+    return f".{path.name}.{os.getpid()}."
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # exists, owned by someone else
+        return True
+    return True
+
+
+def sweep_stale_temps(path: Path) -> int:
+    """Remove temporaries of ``path`` left by a writer that was killed (kill -9, power loss): those
+    whose writer's pid no longer runs.  Returns how many were removed.  A temporary of a live
+    writer, or one not named by this module, is never touched."""
+    removed = 0
+    try:
+        candidates = list(Path(path).parent.glob(f".{Path(path).name}.*.tmp"))
+    except OSError:
+        return 0
+    for f in candidates:
+        pid = f.name[len(Path(path).name) + 2:].split(".", 1)[0]
+        if pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)):
+            try:
+                f.unlink()
+                removed += 1
+            except OSError:
+                pass
+    return removed
+
+
+_FIX = {"ENOSPC": "free space on that disk, or write somewhere else (--out)",
+        "EDQUOT": "free space within your disk quota, or write somewhere else (--out)",
+        "EACCES": "make it writable for this user, or write somewhere else (--out)",
+        "EPERM": "make it writable for this user, or write somewhere else (--out)",
+        "EROFS": "the file system is read-only: write somewhere else (--out)",
+        "ELOOP": "a symbolic link there points (through others) back to itself: fix or remove the link",
+        "ENAMETOOLONG": "use a shorter path"}
+
+
+def os_error_fix(exc: OSError) -> str | None:
+    """What to do about an OS error, by its errno (None when there is no general advice)."""
+    import errno as _errno
+
+    return _FIX.get(_errno.errorcode.get(exc.errno or -1, ""))
+
+
+def _name_the_path(exc: BaseException, path: Path) -> None:
+    """An OSError raised while writing (``fh.write`` on a full disk) often carries no file name:
+    give it the target's, so the message says which file could not be written."""
+    if isinstance(exc, OSError) and not exc.filename:
+        exc.filename = str(path)
+
+
 def _write_temp(path: Path, data: bytes) -> str:
     """``data`` in a new temporary sibling of ``path`` (flushed to disk); returns its name."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    sweep_stale_temps(path)
+    fd, tmp = tempfile.mkstemp(prefix=_temp_prefix(path), suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())
-    except BaseException:
+    except BaseException as exc:
         _unlink(tmp)
+        _name_the_path(exc, path)
         raise
     return tmp
 
@@ -149,6 +208,39 @@ def atomic_write_files(files: dict, *, encoding: str = "utf-8") -> list[Path]:
             _unlink(tmp)  # those already renamed are gone: nothing to remove
         raise
     return [path for _, path in staged]
+
+
+#: a cell starting with one of these is evaluated by spreadsheet programs (a formula or DDE call:
+#: ``=HYPERLINK(…)``, ``+cmd|' /C calc'!A0``, ``@SUM(…)``); tab and carriage return too (OWASP CSV injection)
+FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def spreadsheet_safe(frame):
+    """(copy of ``frame``, cells escaped): every text cell a spreadsheet would evaluate gets a
+    leading apostrophe, which spreadsheets show as text and do not run.  Cells that are plain
+    numbers written as text (``-0.5``) are left alone.  Numeric columns are never touched."""
+    import pandas as pd
+
+    out = frame.copy()
+    escaped = 0
+    for col in out.columns:
+        if out[col].dtype.kind in "biufcmM":  # numbers, booleans, dates: never text
+            continue
+        values = out[col].tolist()
+        for k, v in enumerate(values):
+            if isinstance(v, str) and v.startswith(FORMULA_START) and not _is_number(v):
+                values[k] = "'" + v
+                escaped += 1
+        out[col] = pd.Series(values, index=out.index, dtype=out[col].dtype)
+    return out, escaped
 
 
 def package_version() -> str:

@@ -39,8 +39,12 @@ class _Job:
 class GroupCommitWriter:
     """One thread commits the rows of many concurrent requests per transaction, then wakes them."""
 
-    def __init__(self, store: TraceStore, counters: Counters, *, max_pending_rows: int = 200_000, max_batch_rows: int = 20_000):
+    def __init__(self, store: TraceStore, counters: Counters, *, max_pending_rows: int = 200_000, max_batch_rows: int = 20_000,
+                 sink=None):
         self.store = store
+        #: a StoreSink over ``store``: each commit counts only when it landed in the file at the
+        #: store's path (a deleted or replaced SQLite file is reopened and the batch written again)
+        self.sink = sink
         self.counters = counters
         self.max_pending_rows = max_pending_rows
         self.max_batch_rows = max_batch_rows
@@ -85,9 +89,15 @@ class GroupCommitWriter:
             with self._cv:
                 self._pending -= rows
 
+    def _write(self, spans: list[dict], feedback: list[dict]) -> None:
+        if self.sink is None:
+            self.store.write(spans, feedback)
+        else:
+            self.sink.checked(lambda store: store.write(spans, feedback))
+
     def _commit(self, jobs: list[_Job]) -> None:
         try:
-            self.store.write([r for j in jobs for r in j.spans], [r for j in jobs for r in j.feedback])
+            self._write([r for j in jobs for r in j.spans], [r for j in jobs for r in j.feedback])
             done = jobs
         except Exception as exc:
             self.errors.warning("batch", "collector: batch write of %d request(s) failed, retrying one by one: %s: %s",
@@ -95,7 +105,7 @@ class GroupCommitWriter:
             done = []
             for j in jobs:  # isolate a bad request so it cannot fail the others
                 try:
-                    self.store.write(j.spans, j.feedback)
+                    self._write(j.spans, j.feedback)
                     done.append(j)
                 except Exception as exc1:
                     j.error = exc1

@@ -48,7 +48,7 @@ import time
 
 from autometrics.collectors.convert import parse_otlp_json, parse_otlp_protobuf, rows_from_otlp
 from autometrics.collectors.exporter import Counters, RateLimitedLog
-from autometrics.collectors.feedback import FeedbackValueError, make_feedback_row, make_schema
+from autometrics.collectors.feedback import MAX_COMMENT_CHARS, FeedbackValueError, make_feedback_row, make_schema
 from autometrics.collectors.group_commit import GroupCommitWriter, Overloaded
 from autometrics.collectors.http_limits import BoundedHTTPServer, BufferedRequestHandler
 from autometrics.collectors.limits import (
@@ -190,6 +190,15 @@ class _Handler(BufferedRequestHandler):
             msg = str(exc) if len(str(exc)) <= 300 else f"{str(exc)[:120]} ... {str(exc)[-160:]}"  # the cause is at the end
             return self._error(400, f"not a valid OTLP ExportTraceServiceRequest: {type(exc).__name__}: {msg}")
         rows, rejected, notes = got.rows, got.rejected, [got.reason] if got.reason else []
+        conflicts = self._conflicts(rows)
+        if conflicts:  # the store keeps the first content: say so instead of acknowledging silently
+            gone = {id(r) for r, _ in conflicts}
+            rows = [r for r in rows if id(r) not in gone]
+            rejected += len(conflicts)
+            self.app.counters.add("spans_conflict", len(conflicts))
+            notes.append(f"{len(conflicts)} span(s) already stored with other content, not replaced (send new spans under "
+                         "new ids): " + "; ".join(f"traceId {r['trace_id']} spanId {r['span_id']} differs in {', '.join(d)}"
+                                                  for r, d in conflicts[:3]))
         if rows:
             refused = self._store_spans(rows)
             if refused:
@@ -223,6 +232,15 @@ class _Handler(BufferedRequestHandler):
             self._send(200, body, "application/json")
         else:
             self._send(200, resp.SerializeToString(), "application/x-protobuf")
+
+    def _conflicts(self, rows: list[dict]) -> list[tuple[dict, list[str]]]:
+        """Spans stored before with other content (never fails the request: a store that cannot
+        answer here fails the write below, which says so)."""
+        try:
+            return self.app.store.span_conflicts(rows) if rows else []
+        except Exception as exc:
+            self.app.errors.warning("conflict-check", "collector: span conflict check failed: %s", type(exc).__name__)
+            return []
 
     def _store_spans(self, rows: list[dict]) -> list[tuple[dict, Exception]]:
         """Write ``rows``; when the store refuses a value in them, halve until only the rows it
@@ -263,7 +281,14 @@ class _Handler(BufferedRequestHandler):
             return self._refused(exc.status, exc.problems)
         self.app.counters.add("feedback_acknowledged", len(rows))
         self.app.forward_feedback(rows)
-        self._json(200, {"accepted": len(rows), "ids": [r["id"] for r in rows]})
+        body = {"accepted": len(rows), "ids": [r["id"] for r in rows]}
+        cut = [i for i, r in enumerate(rows) if r.get("truncated")]
+        if cut:  # stored, but not whole: said, counted, and marked in the stored text
+            self.app.counters.add("fields_truncated", len(cut))
+            body["truncated"] = len(cut)
+            body["warnings"] = [f"item {i} comment longer than {MAX_COMMENT_CHARS:,} characters: stored cut, with a marker at "
+                                "its end" for i in cut[:20]]
+        self._json(200, body)
 
     def _refused(self, code: int, problems: list[dict]) -> None:
         self.app.counters.add(f"http_{code}")
@@ -345,7 +370,15 @@ class CollectorServer:
         self.decode_budget = ByteBudget(lim.memory_budget - lim.memory_budget // 4)
         self.counters = Counters()
         self.errors = RateLimitedLog(log, 30.0)
-        self.writer = GroupCommitWriter(self.store, self.counters)
+        from autometrics.collectors.sinks import StoreSink
+
+        self.sink = StoreSink(store=self.store)  # checks a SQLite file's identity around every commit, as the SDK does
+        self.sink.attach(self.counters, self.errors)
+        try:
+            self.sink.checked(lambda store: None)  # records the file's identity now, before any write
+        except Exception as exc:  # a store that is down at start: the writes and /health say so later
+            self.errors.warning("store-open", "collector: store not opened at start: %s", type(exc).__name__)
+        self.writer = GroupCommitWriter(self.store, self.counters, sink=self.sink)
         self.langfuse = None
         from autometrics.collectors.langfuse_export import langfuse_configured
 
@@ -374,13 +407,23 @@ class CollectorServer:
         return f"http://{host}:{port}"
 
     def health(self) -> tuple[int, dict]:
+        """200 with ``store: ok`` only while the store answers and (SQLite) its file is the one the
+        collector opened.  A file deleted or replaced since is reopened here (rows stored before
+        are not in the new file): ``store: reopened`` and ``status: degraded`` from then on, with
+        the count in ``counters.store_reopened``, so an operator learns that rows were lost."""
+        state = "ok"
         try:
+            changed = self.sink.file_state()
+            if changed is not None:
+                self.sink.checked(lambda store: None)  # reopens the file (and says so in the log)
             version = self.store.version()
-            store_ok = True
+            if self.counters.snapshot().get("store_reopened"):
+                state = "reopened"
         except Exception as exc:
-            version, store_ok = None, False
+            version, state = None, "unreachable"
             self.errors.warning("health", "collector: store check failed: %s", type(exc).__name__)
-        body = {"status": "ok" if store_ok else "degraded", "store": "ok" if store_ok else "unreachable", "schema_version": version,
+        store_ok = state != "unreachable"
+        body = {"status": "ok" if state == "ok" else "degraded", "store": state, "schema_version": version,
                 "uptime_s": round(time.time() - self.started, 1), "counters": self.counters.snapshot(),
                 "langfuse": self.langfuse.stats() if self.langfuse is not None else None,
                 "connections": {"open": len(self.httpd.conns), "workers": len(self.httpd._workers),

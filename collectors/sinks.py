@@ -15,6 +15,7 @@ import hashlib
 import http.client
 import json
 import logging
+import threading
 import urllib.parse
 
 from autometrics.collectors.spool import FileIdentity, SpoolRecord
@@ -86,6 +87,7 @@ class StoreSink:
         self.store = store
         self._file: FileIdentity | None = None
         self._target: str | None = None
+        self._lock = threading.RLock()  # the collector checks the file from its health handler too
         self.counters = None  # the writer's Counters and RateLimitedLog (attach())
         self.errors = None
 
@@ -147,16 +149,28 @@ class StoreSink:
     def write_rows(self, span_rows: list[dict], feedback_rows: list[dict]):
         if not span_rows and not feedback_rows:
             return None
-        for _ in range(3):
-            store = self._open()
-            rejected = self._insert(store, span_rows, feedback_rows)
-            why = self._file.changed() if self._file is not None else None
-            if why is None:
-                if self._file is not None:
-                    self._file.note_wal()
-                return rejected
-            self._reopen(why)  # the commit may have landed in the old inode: write again
+        return self.checked(lambda store: self._insert(store, span_rows, feedback_rows))
+
+    def checked(self, write):
+        """``write(store)``, counted as done only when it landed in the file at the store's path:
+        a SQLite file deleted or replaced before or during the write is reopened and the write
+        made again (the SDK's writer and the collector's both write through here)."""
+        with self._lock:
+            for _ in range(3):
+                store = self._open()
+                out = write(store)
+                why = self._file.changed() if self._file is not None else None
+                if why is None:
+                    if self._file is not None:
+                        self._file.note_wal()
+                    return out
+                self._reopen(why)  # the commit may have landed in the old inode: write again
         raise StoreFileChanged(f"the store file {self._file.path} keeps being {why} during writes")
+
+    def file_state(self) -> str | None:
+        """None while the store's file is the one opened (or the store is not a file); else
+        "deleted", "replaced" or "unreadable" (checked now, nothing reopened)."""
+        return self._file.changed() if self._file is not None else None
 
     def _insert(self, store, span_rows, feedback_rows):
         import sqlalchemy as sa

@@ -60,6 +60,12 @@ def check_artifact(a, where: str = "evaluator") -> None:
         bad("the top level", f"must be a JSON object, not a {type(a).__name__}")
     if a.get("format") != ARTIFACT_FORMAT:
         bad("format", f"must be {ARTIFACT_FORMAT!r} (this is not an autometrics evaluator), not {a.get('format')!r}")
+    v = a.get("format_version")
+    if not isinstance(v, int) or isinstance(v, bool) or not 1 <= v <= ARTIFACT_VERSION:
+        if isinstance(v, int) and not isinstance(v, bool) and v > ARTIFACT_VERSION:
+            raise ArtifactError(f"{where}: format_version {v} is newer than this package reads ({ARTIFACT_VERSION}); "
+                                "upgrade autometrics-sdk")
+        bad("format_version", f"must be a whole number from 1 to {ARTIFACT_VERSION} (a version this package knows), not {v!r}")
     if not isinstance(a.get("target"), str) or not a["target"]:
         bad("target", "must be a non-empty string")
     if not _finite(a.get("intercept")):
@@ -90,11 +96,10 @@ class Evaluator:
     def __init__(self, artifact: dict):
         if artifact.get("format") != ARTIFACT_FORMAT:
             raise ValueError(f"not an autometrics evaluator artifact (format={artifact.get('format')!r})")
-        if int(artifact.get("format_version", 0)) > ARTIFACT_VERSION:
-            raise ValueError(
-                f"evaluator format version {artifact['format_version']} is newer than this package supports "
-                f"({ARTIFACT_VERSION}); upgrade autometrics-sdk"
-            )
+        v = artifact.get("format_version", ARTIFACT_VERSION)
+        if not isinstance(v, int) or isinstance(v, bool) or not 1 <= v <= ARTIFACT_VERSION:
+            raise ValueError(f"evaluator format_version {v!r} is not one this package reads (1 to {ARTIFACT_VERSION}); "
+                             "for a newer one, upgrade autometrics-sdk")
         self.artifact = artifact
         self.source = "evaluator"  # the file it was loaded from, for error messages
         self._built: list[Metric] | None = None  # the metric objects, see _metrics()
@@ -113,9 +118,14 @@ class Evaluator:
             raise FileNotFoundError(f"no evaluator at {path}; pass the evaluator.json written by `autometrics fit`") from exc
         except IsADirectoryError:
             raise ArtifactError(f"{path}: is a folder without an evaluator.json; pass the file `autometrics fit` wrote") from None
-        except (UnicodeDecodeError, OSError) as exc:
+        except UnicodeDecodeError as exc:
             raise ArtifactError(f"{path}: cannot be read as UTF-8 text ({type(exc).__name__}); "
                                 "pass the evaluator.json that `autometrics fit` wrote") from None
+        except OSError as exc:
+            from autometrics.collectors.files import os_error_fix
+
+            raise ArtifactError(f"{path}: cannot be read ({exc.strerror or type(exc).__name__}); "
+                                + (os_error_fix(exc) or "pass the evaluator.json that `autometrics fit` wrote")) from None
         try:
             artifact = json.loads(text, parse_constant=_reject_constant)
         except ValueError as exc:

