@@ -130,6 +130,8 @@ class BatchWriter:
         self._handled_gen = 0
         self._losses = 0  # items failed, rejected or lost so far: flush() reports any during its wait
         self._spool_lock = threading.Lock()  # the app's threads spool too (overflow, durable items)
+        self._beat: tuple[int, int] = (0, 0)  # what the last heartbeat recorded (see _heartbeat)
+        self._next_beat = 0.0
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
 
@@ -185,6 +187,29 @@ class BatchWriter:
             n = min(len(self._q), self.batch_size)
             return [self._q.popleft() for _ in range(n)], self._flush_gen
 
+    def _in_memory(self) -> tuple[int, int]:
+        """(spans, feedback) held only in memory: queued or being written."""
+        with self._cv:
+            items = list(self._q) + list(self._inflight or [])
+        n_spans = sum(1 for k, _ in items if k == "span")
+        return n_spans, len(items) - n_spans
+
+    def _heartbeat(self, force: bool = False) -> None:
+        """Record in the spool what only memory holds (at most once per ``interval``), so that a
+        process started after this one is killed with -9 can count it as lost."""
+        if self.spool is None or (not force and time.monotonic() < self._next_beat):
+            return
+        self._next_beat = time.monotonic() + self.interval
+        held = self._in_memory()
+        if held == self._beat:
+            return
+        try:
+            self.spool.note_memory(self.sink.target, *held)
+            self._beat = held
+        except Exception as exc:
+            if not disk_full(exc):
+                self._spool_unusable(exc)
+
     def _run(self) -> None:
         self._start_spool()
         while True:
@@ -192,11 +217,13 @@ class BatchWriter:
             if batch:
                 with self._cv:
                     self._inflight = batch
+                self._heartbeat()  # what memory holds now: this batch and the queue behind it
                 self._write(batch)
                 with self._cv:
                     self._inflight = None
                     self._done += len(batch)
                     self._cv.notify_all()
+            self._heartbeat(force=not self._q)  # drained: record that nothing is held any more
             failed = False
             if self._backlog and (gen > self._handled_gen or time.monotonic() >= self._next_replay):
                 failed = not self._replay_once()
@@ -215,6 +242,13 @@ class BatchWriter:
         if self.spool is None:
             return
         try:
+            for owner, n_spans, n_fb, at in self.spool.lost_in_memory(self.sink.target):
+                self.counters.add("span_lost_crash", n_spans)  # an earlier process's loss: not this one's flush()
+                self.counters.add("feedback_lost_crash", n_fb)
+                self.errors.warning(f"crash-{owner}", "autometrics: an earlier process (%s) stopped without writing about %d "
+                                    "span(s) and %d feedback item(s) it held in memory (its record of them is %.1f s old); "
+                                    "counted as span_lost_crash / feedback_lost_crash", owner, n_spans,
+                                    n_fb, max(0.0, (time.time_ns() - at) / 1e9))
             self._pending_items = self.spool.pending(self.sink.target)[1]
             self._backlog = self._pending_items > 0
         except Exception as exc:
@@ -237,7 +271,7 @@ class BatchWriter:
         fb = [x for k, x in batch if k == "feedback"]
         if self.spool is not None and self._backlog:
             with self._spool_lock:
-                self._to_spool(spans, fb)  # behind what already waits: order is kept
+                self._to_spool(spans, fb, outage=False)  # behind what already waits: order is kept
             return
         attempts = 1 if self.spool is not None else self.retries + 1
         for attempt in range(attempts):
@@ -401,6 +435,11 @@ class BatchWriter:
             n_spans = sum(1 for k, _ in left if k == "span")
             self._lost("failed", n_spans, len(left) - n_spans)
         self._thread.join(max(0.0, min(timeout, 1.0)))
+        if self.spool is not None and self._beat != (0, 0):
+            try:  # nothing is held in memory any more: a later process must not count it as lost
+                self.spool.note_memory(self.sink.target, 0, 0)
+            except Exception:
+                pass
         for res in (self.sink, self.spool):
             try:
                 close = getattr(res, "close", None)

@@ -60,7 +60,7 @@ from autometrics.collectors.limits import (
     decompress_all,
     unstorable,
 )
-from autometrics.collectors.store import FeedbackRejected, TraceStore
+from autometrics.collectors.store import FeedbackRejected, TraceStore, clock_skewed
 
 log = logging.getLogger("autometrics.collectors.server")
 
@@ -190,6 +190,11 @@ class _Handler(BufferedRequestHandler):
             msg = str(exc) if len(str(exc)) <= 300 else f"{str(exc)[:120]} ... {str(exc)[-160:]}"  # the cause is at the end
             return self._error(400, f"not a valid OTLP ExportTraceServiceRequest: {type(exc).__name__}: {msg}")
         rows, rejected, notes = got.rows, got.rejected, [got.reason] if got.reason else []
+        skewed = sum(clock_skewed(r.get("start_time_ns")) for r in rows)
+        if skewed:  # kept as sent; dated by arrival for retention and scoring
+            self.app.counters.add("spans_clock_skew", skewed)
+            notes.append(f"{skewed} span(s) start before 2000 or more than 5 minutes ahead of the collector's clock: kept with "
+                         "their time, dated by arrival for retention and scoring (check the sender's clock)")
         conflicts = self._conflicts(rows)
         if conflicts:  # the store keeps the first content: say so instead of acknowledging silently
             gone = {id(r) for r, _ in conflicts}

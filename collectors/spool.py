@@ -126,8 +126,9 @@ def _pid_alive(owner: str) -> bool:
 class Spool:
     """Records waiting for their backend, in one SQLite file (see the module docstring).
 
-    Opened lazily: reads open the file only if it exists, the first append creates it (an
-    application that never has an outage never gets a spool file).  Thread-safe (one connection
+    Opened lazily: reads open the file only if it exists, the first append or memory record
+    creates it (feedback passes through it, and writers record what they hold in memory, so an
+    application that sends traffic has one).  Thread-safe (one connection
     behind a lock).  Raises ``sqlite3.Error``/``OSError`` for an unusable file; the writer counts
     those and carries on without the spool.
     """
@@ -177,6 +178,10 @@ class Spool:
                          "kind TEXT NOT NULL, encoding TEXT NOT NULL, items INTEGER NOT NULL, bytes INTEGER NOT NULL, "
                          "created_ns INTEGER NOT NULL, owner TEXT, lease_until REAL, payload BLOB NOT NULL)")
             conn.execute("CREATE INDEX IF NOT EXISTS spool_target_seq ON spool (target, seq)")
+            # what each live writer holds in memory only (its heartbeat): a process killed with -9
+            # leaves its row, and the next process counts those items as lost (see note_memory)
+            conn.execute("CREATE TABLE IF NOT EXISTS memory (owner TEXT NOT NULL, target TEXT NOT NULL, spans INTEGER NOT NULL, "
+                         "feedback INTEGER NOT NULL, updated_ns INTEGER NOT NULL, PRIMARY KEY (owner, target))")
             conn.execute(f"PRAGMA user_version={FORMAT_VERSION}")
             conn.execute("COMMIT")
         except BaseException:
@@ -259,9 +264,12 @@ class Spool:
 
     # ---- records
     def _used_bytes(self, c: sqlite3.Connection) -> int:
+        """Bytes of the pages in use, less the two root pages of the ``memory`` table (writers'
+        heartbeats, a few rows): ``max_bytes`` bounds the records as it did before that table."""
         page = c.execute("PRAGMA page_size").fetchone()[0]
         used = c.execute("PRAGMA page_count").fetchone()[0] - c.execute("PRAGMA freelist_count").fetchone()[0]
-        return page * used
+        heartbeat = c.execute("SELECT COUNT(*) FROM sqlite_master WHERE tbl_name = 'memory' AND rootpage > 0").fetchone()[0]
+        return page * max(0, used - heartbeat)
 
     def append(self, target: str, records: list[tuple[str, str, int, bytes]]) -> list[bool]:
         """Store ``(kind, encoding, items, payload)`` records in order, durably (committed, fsynced).
@@ -362,6 +370,34 @@ class Spool:
             else:
                 r = c.execute("SELECT COUNT(*), COALESCE(SUM(items), 0) FROM spool WHERE target = ?", (target,)).fetchone()
             return int(r[0]), int(r[1])
+
+    def note_memory(self, target: str, spans: int, feedback: int) -> None:
+        """Record how many items this process holds for ``target`` in memory only (not yet in the
+        backend or the spool); 0 and 0 removes the record.  Does not create the file for zeros."""
+        with self._lock:
+            c = self._db(create=bool(spans or feedback))
+            if c is None:
+                return
+            with self._tx():
+                if spans or feedback:
+                    c.execute("INSERT OR REPLACE INTO memory (owner, target, spans, feedback, updated_ns) VALUES (?, ?, ?, ?, ?)",
+                              (self.owner, target, int(spans), int(feedback), time.time_ns()))
+                else:
+                    c.execute("DELETE FROM memory WHERE owner = ? AND target = ?", (self.owner, target))
+
+    def lost_in_memory(self, target: str) -> list[tuple[str, int, int, int]]:
+        """The memory records of ``target`` left by processes that no longer run (killed before
+        they could write or spool what they held): ``(owner, spans, feedback, updated_ns)`` each,
+        removed as they are returned, so each loss is counted once."""
+        with self._lock:
+            c = self._db(create=False)
+            if c is None:
+                return []
+            with self._tx():
+                rows = c.execute("SELECT owner, spans, feedback, updated_ns FROM memory WHERE target = ?", (target,)).fetchall()
+                dead = [r for r in rows if r[0] != self.owner and not _pid_alive(r[0])]
+                c.executemany("DELETE FROM memory WHERE owner = ? AND target = ?", [(r[0], target) for r in dead])
+            return [(o, int(sp), int(fb), int(t)) for o, sp, fb, t in dead]
 
     def size_bytes(self) -> int:
         """Bytes the records use in the file (what ``max_bytes`` bounds)."""

@@ -80,6 +80,27 @@ def _sqlite_pragmas(dbapi_conn, _record) -> None:
     cur.close()
 
 
+#: a span start before this (2000-01-01) or more than CLOCK_AHEAD_NS after the store's clock is a
+#: client clock that is wrong: its trace is dated by arrival (retention and scoring windows read it)
+CLOCK_FLOOR_NS = 946_684_800 * 10**9
+CLOCK_AHEAD_NS = 300 * 10**9
+
+
+def clock_skewed(start_ns, now_ns: int | None = None) -> bool:
+    """Whether a span's client-side start time cannot be right (see :data:`CLOCK_FLOOR_NS`)."""
+    if start_ns is None:
+        return False
+    now_ns = time.time_ns() if now_ns is None else now_ns
+    return start_ns < CLOCK_FLOOR_NS or start_ns > now_ns + CLOCK_AHEAD_NS
+
+
+def first_seen_ns(start_ns) -> int:
+    """When a trace counts as seen: its first span's start, unless the client's clock was wrong
+    (dated 2100 it would never be scored or pruned; dated 1970 it would be pruned at once), then
+    the store's clock.  The span keeps the client's start time as sent."""
+    return time.time_ns() if start_ns is None or clock_skewed(start_ns) else int(start_ns)
+
+
 class TraceStore(EvaluationStore):
     """Spans and feedback in a SQL database.
 
@@ -173,7 +194,8 @@ class TraceStore(EvaluationStore):
             if span_rows:
                 seen: dict[str, dict] = {}
                 for r in span_rows:
-                    seen.setdefault(r["trace_id"], {"trace_id": r["trace_id"], "project": r.get("project"), "first_seen_ns": r.get("start_time_ns")})
+                    seen.setdefault(r["trace_id"], {"trace_id": r["trace_id"], "project": r.get("project"),
+                                                    "first_seen_ns": first_seen_ns(r.get("start_time_ns"))})
                 conn.execute(self._insert(traces, ["trace_id"]), list(seen.values()))
                 conn.execute(self._insert(spans, ["trace_id", "span_id"]), [_span_defaults(r) for r in span_rows])
             if feedback_rows:  # checked against each name's kind/scale and earlier ids (feedback_rules)

@@ -492,7 +492,9 @@ def test_sdk_through_the_collector_keeps_the_names_stored_kind_and_declared_scal
 
 
 def test_feedback_not_queued_is_not_acknowledged(capture, sqlite_url):
-    capture.configure(store_url=sqlite_url, langfuse=False, queue_size=1, flush_interval=60)
+    """Without a spool, feedback waits in the in-memory queue: when it is full, the caller is told
+    (None, or ValueError with feedback_errors="raise")."""
+    capture.configure(store_url=sqlite_url, langfuse=False, queue_size=1, flush_interval=60, spool=False)
 
     @capture.observe
     def answer(q):
@@ -500,10 +502,29 @@ def test_feedback_not_queued_is_not_acknowledged(capture, sqlite_url):
 
     t = answer("q")  # its span takes the only queue slot
     assert capture.feedback(t, "thumbs", True) is None  # not accepted: the caller is told
-    capture.configure(store_url=sqlite_url, langfuse=False, queue_size=1, flush_interval=60, feedback_errors="raise")
+    capture.configure(store_url=sqlite_url, langfuse=False, queue_size=1, flush_interval=60, feedback_errors="raise",
+                      spool=False)
     t = answer("q")
     with pytest.raises(ValueError, match="queue is full"):
         capture.feedback(t, "thumbs", True)
+
+
+def test_feedback_is_on_disk_before_its_id_is_returned(capture, sqlite_url, tmp_path):
+    """With the spool (the default), feedback is written to it before feedback() returns, so a full
+    in-memory queue does not refuse it, and it reaches the store."""
+    capture.configure(store_url=sqlite_url, langfuse=False, queue_size=1, flush_interval=60, spool=str(tmp_path / "s.db"))
+
+    @capture.observe
+    def answer(q):
+        return capture.current_trace_id()
+
+    t = answer("q")  # its span takes the only queue slot
+    fid = capture.feedback(t, "thumbs", True)
+    assert fid is not None and capture.stats()["feedback_spooled"] == 1
+    assert capture.flush(10)
+    from autometrics.collectors.store import TraceStore
+
+    assert fid in set(TraceStore(sqlite_url).feedback_frame()["id"])
 
 
 def test_oversized_feedback_fields_are_refused_over_http_and_in_process(capture, store_collector, sqlite_url):

@@ -49,16 +49,6 @@ def _snapshot(folder: Path) -> dict[str, str]:
             for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
-@pytest.fixture(scope="module")
-def good_run(tmp_path_factory) -> Path:
-    """A folder written by a successful fit (what later failing runs must leave alone)."""
-    d = tmp_path_factory.mktemp("good")
-    data = d / "data.csv"
-    ROWS.to_csv(data, index=False)
-    assert main(["fit", str(data), "--target", "score", "--n-boot", "20", "--no-progress", "--out", str(d / "run")]) == 0
-    return d / "run"
-
-
 @pytest.fixture
 def previous(good_run, tmp_path) -> tuple[Path, dict]:
     """A private copy of the good folder and its snapshot."""

@@ -29,15 +29,6 @@ def _run(argv, capsys):
     return code, cap.out, cap.err
 
 
-@pytest.fixture(scope="module")
-def good_run(tmp_path_factory) -> Path:
-    d = tmp_path_factory.mktemp("good")
-    data = d / "data.csv"
-    ROWS.to_csv(data, index=False)
-    assert main(["fit", str(data), "--target", "score", "--n-boot", "20", "--no-progress", "--out", str(d / "run")]) == 0
-    return d / "run"
-
-
 @pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full (a device that is always full)")
 def test_a_full_disk_names_the_file_and_the_fix(tmp_path, good_run, monkeypatch, capsys):
     """Writes go to /dev/full, which fails every write with ENOSPC from the kernel: the one error
@@ -256,3 +247,32 @@ def test_a_span_re_posted_with_other_content_is_a_conflict_and_said(collector):
     sp = TraceStore(url).spans_frame()
     assert len(sp) == 3 and "something else" not in set(sp["name"])
     assert _health(col.url)[1]["counters"]["spans_conflict"] == 1
+
+
+def test_spans_from_a_wrong_clock_are_dated_by_arrival(collector):
+    """Spans dated 2100 and 1970 (a sender's broken clock): kept with their own times, flagged in
+    the answer and counted, and their traces are dated by arrival, so `prune --older-than 1d`
+    keeps them and the scoring worker's unscored-trace query sees them."""
+    from autometrics.collectors.store import TraceStore
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
+    from otlp_client import otlp_request, post
+
+    col, url = collector
+    req = otlp_request(4, trace_byte=9)
+    spans = req.resource_spans[0].scope_spans[0].spans
+    for k, start in enumerate((4_102_444_800, 4_102_444_800, 1, 86_400)):  # 2100-01-01, 2100, 1970
+        spans[k].start_time_unix_nano = start * 10**9 + k
+        spans[k].end_time_unix_nano = start * 10**9 + k + 10**9
+    before = time.time_ns()
+    code, body, _ = post(col.url, "/v1/traces", req.SerializeToString(), {"Content-Type": "application/x-protobuf"})
+    resp = ExportTraceServiceResponse.FromString(body)
+    assert code == 200 and resp.partial_success.rejected_spans == 0
+    assert "4 span(s) start before 2000 or more than 5 minutes ahead" in resp.partial_success.error_message
+    store = TraceStore(url)
+    sp = store.spans_frame()
+    assert len(sp) == 4
+    with store.engine.connect() as conn:
+        seen = [r[0] for r in conn.exec_driver_sql("SELECT first_seen_ns FROM traces")]
+    assert len(seen) == 4 and all(before <= s <= time.time_ns() for s in seen)
+    assert store.prune("1d").traces == 0 and store.count("traces") == 4
+    assert _health(col.url)[1]["counters"]["spans_clock_skew"] == 4

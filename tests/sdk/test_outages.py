@@ -474,3 +474,52 @@ def test_a_full_disk_under_the_spool_is_counted_as_documented_and_replay_goes_on
         assert capture.stats()["span_written"] == st["span_spooled"] == TraceStore(f"sqlite:///{db}").count("spans")
     finally:
         _kill(col)
+
+
+def test_spans_held_in_memory_by_a_killed_app_are_counted_on_restart(tmp_path):
+    """kill -9 of an application producing spans as fast as it can: what it held only in memory
+    (its last heartbeat in the spool, at most `flush_interval` old) is counted by the next process
+    as `span_lost_crash`, with a warning; stored plus counted is what was produced, within the
+    documented window."""
+    code = textwrap.dedent("""
+        import json, sys
+        import autometrics.capture as cap
+
+        cap.configure(store_url=sys.argv[1], spool=sys.argv[2], langfuse=False, flush_interval=0.2)
+
+        @cap.observe
+        def answer(i):
+            return "x" * 200
+
+        if sys.argv[3] == "run":
+            i = 0
+            while True:
+                answer(i)
+                i += 1
+                if i % 200 == 0:
+                    print(i, flush=True)
+        print(json.dumps({"flushed": cap.flush(30), "stats": cap.stats()}), flush=True)
+        cap.shutdown(5)
+    """)
+    script = tmp_path / "app.py"
+    script.write_text(code)
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith(("AUTOMETRICS_", "LANGFUSE_"))},
+           "AUTOMETRICS_HOME": str(tmp_path / "home")}
+    store, spool = f"sqlite:///{tmp_path / 'traces.db'}", str(tmp_path / "spool.db")
+    p = subprocess.Popen([sys.executable, str(script), store, spool, "run"], stdout=subprocess.PIPE, text=True, env=env)
+    last, started = 0, None
+    for line in p.stdout:
+        last = int(line)
+        started = started or time.monotonic()
+        if time.monotonic() - started > 3:
+            os.kill(p.pid, signal.SIGKILL)
+            break
+    p.wait(10)
+    after = subprocess.run([sys.executable, str(script), store, spool, "count"], capture_output=True, text=True, env=env,
+                           timeout=120)
+    out = json.loads(after.stdout.strip().splitlines()[-1])
+    assert out["flushed"] is True, (out, after.stderr[-2000:])
+    lost = out["stats"].get("span_lost_crash", 0)
+    stored = TraceStore(store).count("spans")
+    assert lost > 0 and "span_lost_crash" in after.stderr, (lost, after.stderr[-2000:])
+    assert abs(stored + lost - last) <= 0.25 * last, (stored, lost, last)

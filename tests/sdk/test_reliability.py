@@ -98,8 +98,12 @@ def test_disk_full_is_counted_not_raised(capture, tmp_path, caplog):
     assert any("full" in r.getMessage() for r in caplog.records)
 
 
-def test_full_queue_drops_and_counts(capture, sqlite_url):
-    capture.configure(store_url=sqlite_url, langfuse=False, queue_size=10, flush_interval=5)
+@pytest.mark.parametrize("spool", [False, True])
+def test_full_queue_drops_and_counts(capture, sqlite_url, spool, tmp_path):
+    """A backend slower than the app: without a spool, what does not fit the queue is dropped and
+    counted; with one, it goes to the spool and every span is written."""
+    capture.configure(store_url=sqlite_url, langfuse=False, queue_size=10, flush_interval=5,
+                      spool=str(tmp_path / "spool.db") if spool else False)
     rt = capture._runtime
     gate = __import__("threading").Event()
     real = rt.writer.sink.write
@@ -116,10 +120,14 @@ def test_full_queue_drops_and_counts(capture, sqlite_url):
 
     assert [f(i) for i in range(500)] == list(range(500))
     st = capture.stats()
-    assert st["span_dropped"] >= 400 and st["span_queued"] <= 10 + 512
+    if spool:
+        assert st.get("span_dropped", 0) == 0 and st["span_overflow_spooled"] >= 400
+    else:
+        assert st["span_dropped"] >= 400 and st["span_queued"] <= 10 + 512
     gate.set()
-    assert capture.flush(10)
-    assert capture.stats()["span_written"] == capture.stats()["span_queued"]
+    assert capture.flush(30)
+    st = capture.stats()
+    assert st["span_written"] == (500 if spool else st["span_queued"])
 
 
 def test_decorator_survives_broken_internals(capture, sqlite_url, monkeypatch):
