@@ -11,7 +11,8 @@ was returned, LLM tokens, wall time, and every candidate's fate.
     python tests/benchmarks/judge_budget.py --budget 10m --seeds 0 --data simpeval
 
 Datasets: evalgen_product (all 100 labels), simpeval and topical_chat ("overall") cut to about
-``--rows`` labelled rows of whole groups (``fit --max-rows``).  Every call is really made (a
+``--rows`` labelled rows of whole groups (``fit --max-rows``); realhumaneval_chat ("copied", long
+code questions and answers) on request.  Every call is really made (a
 fresh LLM cache per run).  Prints a table and saves results/judge_budget_<model>_<budget>.json.
 """
 
@@ -32,7 +33,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 ROOT = Path(__file__).resolve().parents[2]
 DATASETS = ROOT.parent / "shared" / "datasets"
-TARGETS = {"evalgen_product": "grade", "simpeval": "score", "topical_chat": "overall"}
+TARGETS = {"evalgen_product": "grade", "simpeval": "score", "topical_chat": "overall", "realhumaneval_chat": "copied"}
 
 
 def _duration(text: str) -> float:
@@ -69,6 +70,8 @@ def one_run(name: str, seed: int, *, model: str, budget: float, rows: int | None
             "tokens": usage["prompt_tokens"] + usage["completion_tokens"], "calls": usage.get("requests"),
             "wall_seconds": round(wall, 1), "plan": (a["llm"].get("budget") or {}).get("plan"),
             "budget_spent": (a["llm"].get("budget") or {}).get("spent"),
+            "budget_seconds": budget, "within_budget": wall <= budget,
+            "stopped": a["llm"]["screening"].get("stopped"), "judge_tokens": (a["llm"].get("tokens") or {}).get("judging"),
             "candidates": [{k: c.get(k) for k in ("feature", "kind", "fate", "detail", "gain", "tau", "tokens", "weight",
                                                    "screening")}
                            for c in a["llm"]["candidates"]],
@@ -85,13 +88,13 @@ def _fmt(v) -> str:
 
 
 def summarise(runs: list[dict]) -> list[str]:
-    out = ["| data | seed | rows | LLM-free τ | with judges τ | returned | kept candidates | tokens | wall s |",
-           "|---|---:|---:|---:|---:|---|---|---:|---:|"]
+    out = ["| data | seed | rows | LLM-free τ | with judges τ | returned | kept candidates | tokens | wall s | stopped early |",
+           "|---|---:|---:|---:|---:|---|---|---:|---:|---|"]
     for r in runs:
         kept = [c["feature"] for c in r["candidates"] if c["fate"] in ("kept", "not returned")]
         out.append(f"| {r['data']} | {r['seed']} | {r['n_labelled']} | {_fmt((r['llm_free'] or {}).get('tau'))} | "
                    f"{_fmt((r['with_judges'] or {}).get('tau'))} | {r['returned']} | {', '.join(kept) or '–'} | "
-                   f"{r['tokens']:,} | {r['wall_seconds']:.0f} |")
+                   f"{r['tokens']:,} | {r['wall_seconds']:.0f} | {r.get('stopped') or 'no'} |")
     for name in dict.fromkeys(r["data"] for r in runs):
         sub = [r for r in runs if r["data"] == name]
         diffs = [((r["with_judges"] or {}).get("tau") or (r["llm_free"] or {}).get("tau") or 0.0)
@@ -107,7 +110,7 @@ def summarise(runs: list[dict]) -> list[str]:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--data", nargs="+", default=list(TARGETS), choices=list(TARGETS))
+    p.add_argument("--data", nargs="+", default=["evalgen_product", "simpeval", "topical_chat"], choices=list(TARGETS))
     p.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     p.add_argument("--model", default="1.5b")
     p.add_argument("--budget", default="20m", help="wall-clock budget per fit (20m, 600s)")
