@@ -325,6 +325,7 @@ class BatchWriter:
         if spool is None:
             self._lost("failed", len(spans), len(fb))
             return False
+        full = f"full (spool_max_mb={spool.max_bytes / 2**20:.0f})"
         try:
             stored = spool.append(self.sink.target, [(r.kind, r.encoding, r.items, r.payload) for r in records])
         except Exception as exc:
@@ -332,15 +333,9 @@ class BatchWriter:
                 self._lost("failed", len(spans), len(fb))
                 self._spool_unusable(exc)
                 return False
-            # the disk is full, not the spool broken: these items are lost (counted as the README
-            # says); the spool stays, what it holds is replayed, and later items are tried again
-            stored = [False] * len(records)
-            self.errors.warning("spool-disk-full", "autometrics: the disk holding the spool %s is full: %d item(s) lost (counted "
-                                "as *_lost_spool_full); free space there: %s", spool.path, len(spans) + len(fb), _short(exc))
-            for r in records:
-                self.counters.add(f"{r.kind}_lost_spool_full", r.items)
-                self._losses += r.items
-            return False
+            # the disk is full, not the spool broken: these items are lost like those of a full
+            # spool; the spool stays, what it holds is replayed, and later items are tried again
+            stored, full = [False] * len(records), f"on a full disk ({_short(exc)}; free space there)"
         for r, ok in zip(records, stored, strict=True):
             if ok:
                 self.counters.add(f"{r.kind}_spooled", r.items)
@@ -349,9 +344,8 @@ class BatchWriter:
             else:
                 self.counters.add(f"{r.kind}_lost_spool_full", r.items)
                 self._losses += r.items
-                self.errors.warning(f"spool-full-{r.kind}", "autometrics: the spool %s is full (spool_max_mb=%.0f): %d %s "
-                                    "item(s) lost (see autometrics.stats())", self.spool.path, self.spool.max_bytes / 2**20,
-                                    r.items, r.kind)
+                self.errors.warning(f"spool-full-{r.kind}", "autometrics: the spool %s is %s: %d %s item(s) lost (see "
+                                    "autometrics.stats())", spool.path, full, r.items, r.kind)
         if outage and self._backlog and not self._outage_logged:
             self._outage_logged = True
             self.errors.warning("spool-outage", "autometrics: %s unreachable; keeping spans and feedback in the spool %s "

@@ -19,7 +19,7 @@ import tempfile
 from pathlib import Path
 
 __all__ = ["data_dir", "data_path", "json_safe", "dumps", "atomic_write_text", "atomic_write_files", "package_version",
-           "OVERRIDES", "spreadsheet_safe", "FORMULA_START", "sweep_stale_temps", "os_error_fix"]
+           "OVERRIDES", "spreadsheet_safe", "FORMULA_START", "sweep_stale_temps", "os_error_fix", "pid_alive"]
 
 # file -> the variable that overrides its location (a path); the default is data_dir() / file
 OVERRIDES = {
@@ -113,7 +113,11 @@ def _temp_prefix(path: Path) -> str:
     return f".{path.name}.{os.getpid()}."
 
 
-def _alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """Whether process ``pid`` of this machine still runs; True when that cannot be probed safely
+    (not POSIX: there ``os.kill(pid, 0)`` would send a Ctrl-C event) or it runs as another user."""
+    if os.name != "posix":
+        return True
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -134,7 +138,7 @@ def sweep_stale_temps(path: Path) -> int:
         return 0
     for f in candidates:
         pid = f.name[len(Path(path).name) + 2:].split(".", 1)[0]
-        if pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)):
+        if pid.isdigit() and int(pid) != os.getpid() and not pid_alive(int(pid)):
             try:
                 f.unlink()
                 removed += 1

@@ -26,11 +26,12 @@ class Overloaded(Exception):
 
 
 class _Job:
-    __slots__ = ("spans", "feedback", "event", "ok", "error")
+    __slots__ = ("spans", "feedback", "event", "ok", "error", "conflicts")
 
     def __init__(self, spans, feedback):
         self.spans = spans
         self.feedback = feedback
+        self.conflicts: list = []  # (span row, differing fields): ids stored before with other content
         self.event = threading.Event()
         self.ok = False
         self.error = None
@@ -56,8 +57,9 @@ class GroupCommitWriter:
         self._thread = threading.Thread(target=self._run, name="collector-writer", daemon=True)
         self._thread.start()
 
-    def submit(self, spans: list[dict], feedback: list[dict], timeout: float = 30.0) -> None:
-        """Block until the rows are committed; raises Overloaded, TimeoutError or the store's error."""
+    def submit(self, spans: list[dict], feedback: list[dict], timeout: float = 30.0) -> list:
+        """Block until the rows are committed; returns the spans the store kept other content for
+        (``(row, differing fields)``, not stored); raises Overloaded, TimeoutError or the store's error."""
         n = len(spans) + len(feedback)
         job = _Job(spans, feedback)
         with self._cv:
@@ -72,6 +74,7 @@ class GroupCommitWriter:
             raise TimeoutError("the trace store did not commit in time")
         if not job.ok:
             raise job.error or RuntimeError("write failed")
+        return job.conflicts
 
     def _run(self) -> None:
         while True:
@@ -89,15 +92,21 @@ class GroupCommitWriter:
             with self._cv:
                 self._pending -= rows
 
-    def _write(self, spans: list[dict], feedback: list[dict]) -> None:
-        if self.sink is None:
-            self.store.write(spans, feedback)
-        else:
-            self.sink.checked(lambda store: store.write(spans, feedback))
+    def _write(self, jobs: list[_Job]) -> None:
+        spans, feedback, found = [r for j in jobs for r in j.spans], [r for j in jobs for r in j.feedback], []
+
+        def write(store):
+            found.clear()  # a write made again (the file was replaced) finds them again
+            store.write(spans, feedback, conflicts=found)
+
+        write(self.store) if self.sink is None else self.sink.checked(write)
+        mine = {id(r): j for j in jobs for r in j.spans}
+        for row, diff in found:
+            mine[id(row)].conflicts.append((row, diff))
 
     def _commit(self, jobs: list[_Job]) -> None:
         try:
-            self._write([r for j in jobs for r in j.spans], [r for j in jobs for r in j.feedback])
+            self._write(jobs)
             done = jobs
         except Exception as exc:
             self.errors.warning("batch", "collector: batch write of %d request(s) failed, retrying one by one: %s: %s",
@@ -105,7 +114,8 @@ class GroupCommitWriter:
             done = []
             for j in jobs:  # isolate a bad request so it cannot fail the others
                 try:
-                    self._write(j.spans, j.feedback)
+                    j.conflicts = []
+                    self._write([j])
                     done.append(j)
                 except Exception as exc1:
                     j.error = exc1

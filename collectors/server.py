@@ -195,17 +195,9 @@ class _Handler(BufferedRequestHandler):
             self.app.counters.add("spans_clock_skew", skewed)
             notes.append(f"{skewed} span(s) start before 2000 or more than 5 minutes ahead of the collector's clock: kept with "
                          "their time, dated by arrival for retention and scoring (check the sender's clock)")
-        conflicts = self._conflicts(rows)
-        if conflicts:  # the store keeps the first content: say so instead of acknowledging silently
-            gone = {id(r) for r, _ in conflicts}
-            rows = [r for r in rows if id(r) not in gone]
-            rejected += len(conflicts)
-            self.app.counters.add("spans_conflict", len(conflicts))
-            notes.append(f"{len(conflicts)} span(s) already stored with other content, not replaced (send new spans under "
-                         "new ids): " + "; ".join(f"traceId {r['trace_id']} spanId {r['span_id']} differs in {', '.join(d)}"
-                                                  for r, d in conflicts[:3]))
         if rows:
-            refused = self._store_spans(rows)
+            conflicts: list = []
+            refused = self._store_spans(rows, conflicts)
             if refused:
                 rejected += len(refused)
                 gone = {id(r) for r, _ in refused}
@@ -213,6 +205,15 @@ class _Handler(BufferedRequestHandler):
                 notes.append(f"{len(refused)} span(s) refused by the store: " + "; ".join(
                     f"traceId {r['trace_id']} spanId {r['span_id']}: {type(e).__name__}: {str(e).splitlines()[0][:120]}"
                     for r, e in refused[:3]))
+            if conflicts:  # the store kept the first content: said instead of acknowledged silently
+                gone = {id(r) for r, _ in conflicts}
+                rows = [r for r in rows if id(r) not in gone]
+                rejected += len(conflicts)
+                self.app.counters.add("spans_conflict", len(conflicts))
+                notes.append(f"{len(conflicts)} span(s) already stored with other content, not replaced (send new spans "
+                             "under new ids): " + "; ".join(
+                                 f"traceId {r['trace_id']} spanId {r['span_id']} differs in {', '.join(d)}"
+                                 for r, d in conflicts[:3]))
             if rows:
                 self.app.forward_spans(req)
         if got.truncated:
@@ -238,20 +239,12 @@ class _Handler(BufferedRequestHandler):
         else:
             self._send(200, resp.SerializeToString(), "application/x-protobuf")
 
-    def _conflicts(self, rows: list[dict]) -> list[tuple[dict, list[str]]]:
-        """Spans stored before with other content (never fails the request: a store that cannot
-        answer here fails the write below, which says so)."""
+    def _store_spans(self, rows: list[dict], conflicts: list) -> list[tuple[dict, Exception]]:
+        """Write ``rows`` (``conflicts`` receives the spans stored before with other content); when
+        the store refuses a value in them, halve until only the rows it refuses are left out (each
+        write is one transaction); a retryable error propagates."""
         try:
-            return self.app.store.span_conflicts(rows) if rows else []
-        except Exception as exc:
-            self.app.errors.warning("conflict-check", "collector: span conflict check failed: %s", type(exc).__name__)
-            return []
-
-    def _store_spans(self, rows: list[dict]) -> list[tuple[dict, Exception]]:
-        """Write ``rows``; when the store refuses a value in them, halve until only the rows it
-        refuses are left out (each write is one transaction); a retryable error propagates."""
-        try:
-            self.app.writer.submit(rows, [])
+            conflicts += self.app.writer.submit(rows, [])
             return []
         except Exception as exc:
             if not unstorable(exc):
@@ -259,7 +252,7 @@ class _Handler(BufferedRequestHandler):
             if len(rows) == 1:
                 return [(rows[0], exc)]
         mid = len(rows) // 2
-        return self._store_spans(rows[:mid]) + self._store_spans(rows[mid:])
+        return self._store_spans(rows[:mid], conflicts) + self._store_spans(rows[mid:], conflicts)
 
     def _feedback(self, data: bytes) -> None:
         """All or nothing: every item is checked (shape here, each name's kind/scale and earlier
@@ -418,9 +411,7 @@ class CollectorServer:
         the count in ``counters.store_reopened``, so an operator learns that rows were lost."""
         state = "ok"
         try:
-            changed = self.sink.file_state()
-            if changed is not None:
-                self.sink.checked(lambda store: None)  # reopens the file (and says so in the log)
+            self.sink.checked(lambda store: None)  # a deleted or replaced file is reopened here (and said in the log)
             version = self.store.version()
             if self.counters.snapshot().get("store_reopened"):
                 state = "reopened"

@@ -167,11 +167,6 @@ class StoreSink:
                 self._reopen(why)  # the commit may have landed in the old inode: write again
         raise StoreFileChanged(f"the store file {self._file.path} keeps being {why} during writes")
 
-    def file_state(self) -> str | None:
-        """None while the store's file is the one opened (or the store is not a file); else
-        "deleted", "replaced" or "unreadable" (checked now, nothing reopened)."""
-        return self._file.changed() if self._file is not None else None
-
     def _insert(self, store, span_rows, feedback_rows):
         import sqlalchemy as sa
 

@@ -32,6 +32,8 @@ import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
+from autometrics.collectors.files import pid_alive
+
 __all__ = ["Spool", "SpoolRecord", "FileIdentity"]
 
 FORMAT_VERSION = 1  # PRAGMA user_version of a spool file this code writes and reads
@@ -113,14 +115,12 @@ def _pid_alive(owner: str) -> bool:
     """Whether the claiming process (``host:pid:token``) still runs; True when unknown."""
     try:
         host, pid, _ = owner.split(":", 2)
-        if os.name != "posix" or host != socket.gethostname():
-            return True  # another machine (shared folder) or no safe probe: the lease decides
-        os.kill(int(pid), 0)
-    except ProcessLookupError:
-        return False
-    except (PermissionError, ValueError, OSError):
+        pid = int(pid)
+    except ValueError:
         return True
-    return True
+    if host != socket.gethostname():
+        return True  # another machine (shared folder): the lease decides
+    return pid_alive(pid)
 
 
 class Spool:

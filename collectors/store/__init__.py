@@ -184,8 +184,12 @@ class TraceStore(EvaluationStore):
             return table.insert()
         return insert(table).on_conflict_do_nothing(index_elements=list(key))
 
-    def write(self, span_rows: Iterable[dict] = (), feedback_rows: Iterable[dict] = ()) -> None:
-        """Insert spans and feedback in one transaction (all or nothing); duplicates are ignored."""
+    def write(self, span_rows: Iterable[dict] = (), feedback_rows: Iterable[dict] = (), *,
+              conflicts: list | None = None) -> None:
+        """Insert spans and feedback in one transaction (all or nothing); duplicates are ignored.
+        ``conflicts``: a list that receives ``(row, differing fields)`` for each span whose ids were
+        stored already with other content (:data:`SPAN_CONTENT`); looked up only when the insert
+        skipped rows, so a write of new spans costs no extra query."""
         span_rows = list(span_rows)
         feedback_rows = list(feedback_rows)
         if not span_rows and not feedback_rows:
@@ -197,7 +201,10 @@ class TraceStore(EvaluationStore):
                     seen.setdefault(r["trace_id"], {"trace_id": r["trace_id"], "project": r.get("project"),
                                                     "first_seen_ns": first_seen_ns(r.get("start_time_ns"))})
                 conn.execute(self._insert(traces, ["trace_id"]), list(seen.values()))
-                conn.execute(self._insert(spans, ["trace_id", "span_id"]), [_span_defaults(r) for r in span_rows])
+                values = [_span_defaults(r) for r in span_rows]
+                res = conn.execute(self._insert(spans, ["trace_id", "span_id"]), values)
+                if conflicts is not None and (res.rowcount is None or res.rowcount < len(values)):  # -1: unknown
+                    conflicts.extend(self._span_conflicts(conn, span_rows, values))
             if feedback_rows:  # checked against each name's kind/scale and earlier ids (feedback_rules)
                 from autometrics.collectors.store import feedback_rules
 
@@ -206,27 +213,22 @@ class TraceStore(EvaluationStore):
     #: what makes a re-sent span the same span (a retry) rather than other content under its ids
     SPAN_CONTENT = ("name", "start_time_ns", "end_time_ns", "status", "model", "input", "output")
 
-    def span_conflicts(self, rows: Sequence[dict]) -> list[tuple[dict, list[str]]]:
-        """(row, differing fields) for each row whose (trace_id, span_id) is stored already with
-        other content (:data:`SPAN_CONTENT`): a write keeps the first and ignores it, so the caller
-        can say so.  A retry of the same span is not a conflict."""
-        keys = list({(r["trace_id"], r["span_id"]) for r in rows})
-        if not keys:
-            return []
+    def _span_conflicts(self, conn, rows: list[dict], values: list[dict]) -> list[tuple[dict, list[str]]]:
+        """(row, differing fields) for each of ``rows`` (written as ``values``) whose stored span
+        has other content: a retry of the same span is not a conflict."""
+        keys = list({(v["trace_id"], v["span_id"]) for v in values})
         cols = [spans.c.trace_id, spans.c.span_id] + [spans.c[c] for c in self.SPAN_CONTENT]
         stored = {}
-        with self.engine.connect() as conn:
-            for k in range(0, len(keys), 500):
-                q = sa.select(*cols).where(sa.tuple_(spans.c.trace_id, spans.c.span_id).in_(keys[k:k + 500]))
-                for rec in conn.execute(q).mappings():
-                    stored[(rec["trace_id"], rec["span_id"])] = rec
+        for k in range(0, len(keys), 500):
+            q = sa.select(*cols).where(sa.tuple_(spans.c.trace_id, spans.c.span_id).in_(keys[k:k + 500]))
+            for rec in conn.execute(q).mappings():
+                stored[(rec["trace_id"], rec["span_id"])] = rec
         out = []
-        for r in rows:
-            old = stored.get((r["trace_id"], r["span_id"]))
-            if old is not None:
-                diff = [c for c in self.SPAN_CONTENT if r.get(c) != old[c]]
-                if diff:
-                    out.append((r, diff))
+        for r, v in zip(rows, values, strict=True):
+            old = stored.get((v["trace_id"], v["span_id"]))
+            diff = [c for c in self.SPAN_CONTENT if old is not None and v.get(c) != old[c]]
+            if diff:
+                out.append((r, diff))
         return out
 
     def write_spans(self, rows: Iterable[dict]) -> None:

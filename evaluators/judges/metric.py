@@ -341,9 +341,10 @@ class LLMJudgeMetric(Metric):
 
     def requests(self, outputs, inputs) -> list[dict]:
         lo, hi = self.spec.scale_min, self.spec.scale_max
-        ledger = self.client.usage.prefixes
-        for o, i in zip(outputs, inputs, strict=False):  # the floor: each judged case once
-            ledger.case("\x1f".join(judge_case(self.spec, o, i)))
+        usage = self.client.usage
+        if usage.prefixes is not None:  # the floor of the fit's token report: each judged case once
+            for o, i in zip(outputs, inputs, strict=False):
+                usage.note_case("\x1f".join(judge_case(self.spec, o, i)))
         if self._use_logprobs():
             return [{"messages": judge_messages(self.spec, o, i), "max_tokens": 1, "logprobs": True, "top_logprobs": 10}
                     for o, i in zip(outputs, inputs, strict=False)]

@@ -75,7 +75,7 @@ log = logging.getLogger("autometrics")
 def _clients(opts: LLMOptions) -> tuple[LLMClient, LLMClient]:
     over = {"concurrency": opts.concurrency, "timeout": opts.timeout, "max_retries": opts.max_retries, "backoff": opts.backoff}
     cache = False if opts.cache == "off" else LLMCache(opts.cache)
-    usage = Usage()
+    usage = Usage(track_prefixes=True)  # the fit reports judge-prompt tokens against the floor (llm.tokens)
     gen = LLMClient(LLMConfig.parse(opts.llm, **over), cache=cache, usage=usage)
     if not opts.judge_llm or opts.judge_llm == opts.llm:
         return gen, gen

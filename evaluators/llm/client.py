@@ -156,7 +156,7 @@ class LLMClient:
             if hit is not None:
                 self.usage.add(stage, cache_hits=1)
                 return LLMResponse(**hit, cached=True)
-        self.usage.note_prompt(stage, "\n".join(str(m.get("content") or "") for m in messages))
+        self.usage.note_prompt(stage, messages)
         started = time.perf_counter()
         resp = self._call_with_retries(messages, params, stage, *self.timeouts(messages, params["max_tokens"]))
         self.usage.add(

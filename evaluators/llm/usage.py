@@ -99,16 +99,27 @@ def _common_prefix(a: str, b: str) -> int:
 
 
 class Usage:
-    """Per-stage accounting, thread-safe."""
+    """Per-stage accounting, thread-safe.  ``track_prefixes``: also keep every prompt sent (a
+    :class:`PrefixLedger`, for the fit's token report); off by default, because a long-running
+    client (online scoring) would keep every prompt it ever sent."""
 
-    def __init__(self):
+    def __init__(self, *, track_prefixes: bool = False):
         self._lock = threading.Lock()
         self.stages: dict[str, StageUsage] = {}
-        self.prefixes = PrefixLedger()
+        self.prefixes: PrefixLedger | None = PrefixLedger() if track_prefixes else None
 
-    def note_prompt(self, stage: str, text: str) -> None:
-        """Count a prompt that goes to the endpoint, and how much of it an earlier one shares."""
+    def note_prompt(self, stage: str, messages) -> None:
+        """Count a prompt that goes to the endpoint, and how much of it an earlier one shares
+        (nothing unless prefixes are tracked)."""
+        if self.prefixes is None:
+            return
+        text = "\n".join(str(m.get("content") or "") for m in messages)
         self.add(stage, prompt_chars=len(text), reusable_chars=self.prefixes.add(text))
+
+    def note_case(self, text: str) -> None:
+        """A judged case (input and output as the judge saw them), for the floor."""
+        if self.prefixes is not None:
+            self.prefixes.case(text)
 
     def token_report(self, stages: tuple[str, ...] = ("score:",)) -> dict | None:
         """Prompt tokens sent by the stages whose names start with ``stages``, those an ideal prefix
@@ -118,7 +129,7 @@ class Usage:
             picked = [v for k, v in self.stages.items() if k.startswith(stages)]
             sent = sum(v.prompt_chars for v in picked)
             reusable = sum(v.reusable_chars for v in picked)
-        floor = self.prefixes.floor_chars
+        floor = self.prefixes.floor_chars if self.prefixes is not None else 0
         if not sent or not floor:
             return None
         return {"sent": sent // 4, "reusable": reusable // 4, "evaluated": (sent - reusable) // 4, "floor": floor // 4,

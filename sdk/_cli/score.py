@@ -47,10 +47,9 @@ def cmd_score(args) -> int:
     ev = Evaluator.load(args.evaluator)
     cols = {"input_col": args.input_col, "output_col": args.output_col, "reference_cols": args.reference_col}
     scored = ev.score(args.data, progress=not args.no_progress, **cols)
-    escaped = 0
-    if not args.raw_csv:  # cells starting with = + - @ tab: a spreadsheet opening the file would run them
-        written, escaped = spreadsheet_safe(scored)
-    atomic_write_text(out, (scored if args.raw_csv else written).to_csv(index=False))  # a failed write keeps the old file
+    # cells starting with = + - @ tab: a spreadsheet opening the file would run them
+    written, escaped = (scored, 0) if args.raw_csv else spreadsheet_safe(scored)
+    atomic_write_text(out, written.to_csv(index=False))  # a failed write keeps the old file
     s = scored[SCORE_COLUMN]
     print(f"scored {len(scored)} rows with {ev.target} evaluator: mean {s.mean():.3f}, min {s.min():.3f}, max {s.max():.3f}")
     print(f"wrote {out}")

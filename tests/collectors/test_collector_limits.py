@@ -349,10 +349,10 @@ def test_a_value_the_store_itself_refuses_is_isolated_and_the_rest_stored(make):
     srv = make()
     real = srv.store.write
 
-    def write(spans=(), feedback=()):
+    def write(spans=(), feedback=(), **kw):
         if any(r.get("name") == "poison" for r in spans):
             raise OverflowError("Python int too large to convert to SQLite INTEGER")
-        return real(spans, feedback)
+        return real(spans, feedback, **kw)
 
     srv.store.write = write
     spans = [_span(i) for i in range(9)] + [_span(9, name="poison")]
@@ -360,7 +360,7 @@ def test_a_value_the_store_itself_refuses_is_isolated_and_the_rest_stored(make):
     ps = json.loads(data)["partialSuccess"]
     assert code == 200 and int(ps["rejectedSpans"]) == 1 and "OverflowError" in ps["errorMessage"]
     assert srv.store.count("spans") == 9
-    srv.store.write = lambda spans=(), feedback=(): (_ for _ in ()).throw(ConnectionError("database down"))
+    srv.store.write = lambda spans=(), feedback=(), **kw: (_ for _ in ()).throw(ConnectionError("database down"))
     code, _, hdr = _post(srv.url, "/v1/traces", _otlp_json([_span(20)]), JS)
     assert code == 503 and "Retry-After" in hdr  # a store that is down stays retryable
 

@@ -148,6 +148,20 @@ def test_collector_down_30s_then_back(capture, tmp_path):
     _outage(capture, tmp_path, 30.0)
 
 
+def _app_env(tmp_path) -> dict:
+    """The environment of an application process: no AUTOMETRICS_/LANGFUSE_ settings of ours, its
+    own data folder."""
+    return {**{k: v for k, v in os.environ.items() if not k.startswith(("AUTOMETRICS_", "LANGFUSE_"))},
+            "AUTOMETRICS_HOME": str(tmp_path / "home")}
+
+
+def _app(tmp_path, code: str):
+    """(path of an application script holding ``code``, its environment)."""
+    script = tmp_path / "app.py"
+    script.write_text(code)
+    return script, _app_env(tmp_path)
+
+
 def _app_script(tmp_path) -> str:
     code = textwrap.dedent("""
         import json, sys, time
@@ -179,8 +193,7 @@ def test_app_killed_while_items_are_spooled_replays_them_after_restart(tmp_path,
     """kill -9 of the application while its items wait in the spool; the restarted application
     (same store/collector, same spool) replays them: all stored once, counted as replayed."""
     script, spool = _app_script(tmp_path), str(tmp_path / "home" / "spool.db")
-    env = {**{k: v for k, v in os.environ.items() if not k.startswith(("AUTOMETRICS_", "LANGFUSE_"))},
-           "AUTOMETRICS_HOME": str(tmp_path / "home")}
+    env = _app_env(tmp_path)
     db = tmp_path / "store" / "traces.db"
     if backend == "collector":
         port = _free_port()
@@ -398,10 +411,7 @@ def test_feedback_ids_survive_kill_9_right_after_they_are_returned(tmp_path):
         print(json.dumps({"flushed": cap.flush(30), "stats": cap.stats()}), flush=True)
         cap.shutdown(5)
     """)
-    script = tmp_path / "app.py"
-    script.write_text(code)
-    env = {**{k: v for k, v in os.environ.items() if not k.startswith(("AUTOMETRICS_", "LANGFUSE_"))},
-           "AUTOMETRICS_HOME": str(tmp_path / "home")}
+    script, env = _app(tmp_path, code)
     store, spool = f"sqlite:///{tmp_path / 'traces.db'}", str(tmp_path / "home" / "spool.db")
     fids = []
     for _ in range(3):
@@ -501,10 +511,7 @@ def test_spans_held_in_memory_by_a_killed_app_are_counted_on_restart(tmp_path):
         print(json.dumps({"flushed": cap.flush(30), "stats": cap.stats()}), flush=True)
         cap.shutdown(5)
     """)
-    script = tmp_path / "app.py"
-    script.write_text(code)
-    env = {**{k: v for k, v in os.environ.items() if not k.startswith(("AUTOMETRICS_", "LANGFUSE_"))},
-           "AUTOMETRICS_HOME": str(tmp_path / "home")}
+    script, env = _app(tmp_path, code)
     store, spool = f"sqlite:///{tmp_path / 'traces.db'}", str(tmp_path / "spool.db")
     p = subprocess.Popen([sys.executable, str(script), store, spool, "run"], stdout=subprocess.PIPE, text=True, env=env)
     last, started = 0, None

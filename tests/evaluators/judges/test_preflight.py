@@ -79,13 +79,13 @@ def test_judges_with_demonstrations_put_them_before_the_case():
 
 
 def test_token_ledger_counts_what_a_prefix_cache_reuses_and_the_floor():
-    u = Usage()
+    u = Usage(track_prefixes=True)
     case = "Input: a long shared case text " * 10
-    u.note_prompt("score:single", case + "Criterion: A")
-    u.note_prompt("score:single", case + "Criterion: B")  # all of the case is reusable
-    u.note_prompt("generate:axes", "something else")
-    u.prefixes.case(case)
-    u.prefixes.case(case)  # one case, counted once
+    u.note_prompt("score:single", [{"role": "user", "content": case + "Criterion: A"}])
+    u.note_prompt("score:single", [{"role": "user", "content": case + "Criterion: B"}])  # all of the case is reusable
+    u.note_prompt("generate:axes", [{"role": "user", "content": "something else"}])
+    u.note_case(case)
+    u.note_case(case)  # one case, counted once
     rep = u.token_report(("score:",))
     sent = 2 * len(case) + 2 * len("Criterion: A")
     assert rep["sent"] == sent // 4 and rep["floor"] == len(case) // 4
@@ -93,6 +93,10 @@ def test_token_ledger_counts_what_a_prefix_cache_reuses_and_the_floor():
     assert rep["evaluated"] == (sent - len(case) - len("Criterion: ")) // 4
     assert 1.0 < rep["sent_over_floor"] < 2.2 and rep["evaluated_over_floor"] < 1.1
     assert u.token_report(("nothing",)) is None
+    off = Usage()  # the default (e.g. online scoring): no prompt is kept
+    off.note_prompt("score:single", [{"role": "user", "content": case}])
+    off.note_case(case)
+    assert off.prefixes is None and off.token_report(("score:",)) is None
 
 
 def test_per_call_timeouts_follow_the_measured_speed(fake, client_for):
