@@ -131,26 +131,30 @@ def stacked_predictions(cols, y, groups, rows, base_pred=None, *, n_splits: int 
 
 
 def forward_keep(values: list, y, groups, rows, base_pred=None, *, min_gain: float = 0.0, first: list | None = None,
-                 max_missing: float = 0.5, z: float = 0.0, n_boot: int = 0, repeats: int = 0) -> tuple[list[int], list[dict]]:
+                 max_missing: float = 0.5, z: float = 0.0, n_boot: int = 0, repeats: int = 0,
+                 z_next: float | None = None) -> tuple[list[int], list[dict]]:
     """The last screening decision: candidates (value vectors) in the order of what each adds
     alone (``first``: those figures, computed here when None), each kept when it still adds more
     than ``min_gain`` next to the metrics and the candidates kept before it.  A noise judge that
     looks useful alone by luck rarely still does next to judges that carry signal; measured with
     known-signal judges (tests/benchmarks/judge_signal.py) it halved the noise judges kept.
+    A candidate must add alone by ``z`` standard errors; next to those kept, by ``z_next`` (None:
+    ``z``).
     Returns (indices kept, each candidate's deciding figure)."""
-    nb = n_boot if z > 0 else 0
+    z_next = z if z_next is None else z_next
+    nb = n_boot if z > 0 or z_next > 0 else 0
     alone = first or [added_tau(v, y, groups, rows, base_pred, max_missing=max_missing, n_boot=nb, repeats=repeats) for v in values]
     order = sorted(range(len(values)), key=lambda i: -_finite(alone[i]["gain"]))
     kept, figs = [], list(alone)
-    low = lambda f: _finite(f["gain"]) - z * _se(f)  # noqa: E731
+    low = lambda f, zz: _finite(f["gain"]) - zz * _se(f)  # noqa: E731
     for i in order:
-        if low(alone[i]) <= min_gain:
+        if low(alone[i], z) <= min_gain:
             continue
         if kept:
             base = stacked_predictions([values[j] for j in kept], y, groups, rows, base_pred)
             figs[i] = {**added_tau(values[i], y, groups, rows, base, max_missing=max_missing, n_boot=nb, repeats=repeats),
                        "next_to": len(kept)}
-        if low(figs[i]) > min_gain:
+        if low(figs[i], z_next if kept else z) > min_gain:
             kept.append(i)
     return sorted(kept), figs
 
@@ -181,7 +185,8 @@ def base_predictions(X, y, groups, train_pos, *, regression: str = "nnls", top_n
 
 
 def screened_fold_fit(base_cols: list[int], cand_cols: list[int], positive: list[bool], groups, *, min_gain: float,
-                      regression: str = "nnls", top_n: int = 5, generated=None, z: float = 0.0, n_boot: int = 0):
+                      regression: str = "nnls", top_n: int = 5, generated=None, z: float = 0.0, n_boot: int = 0,
+                      z_next: float | None = None):
     """The fit with candidates as a fold procedure for cross-fitted validity
     (:func:`~autometrics.evaluators.validity.crossfit_validity`): on the fold's training rows
     only, the metrics already in (``base_cols``) give their out-of-fold prediction, each
@@ -199,7 +204,7 @@ def screened_fold_fit(base_cols: list[int], cand_cols: list[int], positive: list
         base = base_predictions(Xa[:, base_cols], y, groups, tr, top_n=top_n) if base_cols else None
         # one fold assignment per figure here: this runs in every fold of every permutation
         idx, _ = forward_keep([Xa[:, j] for j in cand_cols], y, groups, tr, base, min_gain=min_gain, z=z,
-                              n_boot=min(n_boot, 100), repeats=1)
+                              n_boot=min(n_boot, 100), repeats=1, z_next=z_next)
         keep = [cand_cols[i] for i in idx]
         cols = list(base_cols) + keep
         if not cols:

@@ -19,7 +19,7 @@ __all__ = ["candidate_fates", "generated_entries", "compare_multi", "scoring_cou
 
 #: fates in the order the report lists them
 FATE_ORDER = ("kept", "not returned", "not in top n", "near-duplicate", "negative weight", "constant", "screened out",
-              "failed", "budget")
+              "about the input", "failed", "budget")
 
 
 def _num(v):
@@ -43,6 +43,9 @@ def candidate_fates(candidates, outcome, fit_table, weights: dict, *, returned: 
                  "gain_rows": last.get("rows"), "tau": _num(last.get("tau")),
                  "screening": [{k: (_num(v) if isinstance(v, float) else v) for k, v in f.items()} for f in figs],
                  **{k: int(v) for k, v in c.spent.items()}, "seconds": round(c.seconds, 2)}
+        check = (outcome.output_checks.get(c.name) if outcome else None)
+        if check:
+            entry["about_output"] = check
         dropped = outcome.fates.get(c.name) if outcome else None
         if dropped:
             entry.update(fate=dropped["fate"], detail=dropped["detail"])

@@ -128,11 +128,14 @@ class Budget:
         return (math.inf if self.seconds_limit is None else self.seconds_limit - s["seconds"],
                 math.inf if self.tokens_limit is None else self.tokens_limit - s["tokens"])
 
-    def check(self, upcoming_tokens: float = 0.0) -> str | None:
-        """Why the next step (``upcoming_tokens``, timed with ``speed``) must not start, or None.
-        The reserves set aside for the held-out scoring are not available to screening."""
+    def check(self, upcoming_tokens: float = 0.0, upcoming_seconds: float | None = None) -> str | None:
+        """Why the next step (``upcoming_tokens``, timed with ``speed``, or ``upcoming_seconds`` when
+        the caller measured it) must not start, or None.  The reserves set aside for the held-out
+        scoring are not available to screening."""
         secs, toks = self.left()
         need_s = self.speed.seconds(upcoming_tokens, 0) if self.speed and upcoming_tokens else 0.0
+        if upcoming_seconds is not None:
+            need_s = upcoming_seconds
         if secs - self.reserve_seconds <= need_s and self.seconds_limit is not None:
             return f"the {format_seconds(self.seconds_limit)} budget is spent ({self.spent()['seconds']:.0f} s used)"
         if toks - self.reserve_tokens < upcoming_tokens and self.tokens_limit is not None:
@@ -154,6 +157,7 @@ def stage_estimates(counts: GeneratorCounts, n_train: int, n_test: int, case_tok
     ``local`` (a llama.cpp server), ``evaluated_prompt_tokens`` counts an example's text once per
     row and screening round, as its prefix cache serves the other criteria of that row.  ``generate``
     False: the judges are given, no generation stage."""
+    from autometrics.evaluators.judges.about_output import PROBES
     from autometrics.evaluators.judges.code_metric import estimate_code_calls
     from autometrics.evaluators.judges.screening import candidate_calls
 
@@ -162,14 +166,25 @@ def stage_estimates(counts: GeneratorCounts, n_train: int, n_test: int, case_tok
     n_lab = n_train + n_test
     n_judges = c.n_single + c.n_rubric + c.n_example + c.n_optimized
     judge_prompt = case_tokens + CRITERION_TOKENS
+    # judges with demonstrations open with their own block (metric._MAX_DEMO characters of input and
+    # of output per demonstration, one per label quintile): sent with every call; a local server's
+    # prefix cache serves it across the rows it asks in a row (prefetch_row_major: chunk_rows rows)
+    own = (c.n_example + c.n_optimized) / max(n_judges, 1)
+    demo_tokens = 5 * min(case_tokens, 150) + 40
+    chunk = max(1, int(screening.chunk_rows)) if screening is not None else 8
+    # criteria: up to two proposal rounds (a second one when too few specific criteria survive;
+    # measured with the 1.5B model: 2 calls, 355 completion tokens for 3 criteria asked)
+    ask = max(c.n_single, c.n_rubric) + 2
     stages = {
-        "generate:axes": (1, 10 * case_tokens + 200, 64 * max(c.n_single, c.n_rubric) + 64),
+        "generate:axes": (2 if max(c.n_single, c.n_rubric) else 0, 10 * case_tokens + 200, 64 * ask + 64),
         "generate:rubric": (c.n_rubric, 350, 200),
+        "generate:rubric_check": (6 * c.n_rubric, judge_prompt + 150, 1),
         "generate:example": (c.n_example * c.example_sets * min(c.example_eval_rows, n_train) if c.example_sets > 1 else 0,
                              judge_prompt + 5 * case_tokens, 1),
         "generate:optimize": (c.n_optimized * (8 + c.optimized_candidates * 2 + c.optimized_trials * max(1, c.optimized_rows // 2)),
                               judge_prompt + 300, 30),
         "generate:code": (code_calls, code_prompt / max(code_calls, 1), code_completion / max(code_calls, 1)),
+        "score:probe": (n_judges * PROBES if screening is None or screening.probe_output else 0, judge_prompt, 1),
         "rationales": (rationales * min(top_n, n_judges), judge_prompt, 80),
         "score:multi": (n_lab if compare_multi else 0, judge_prompt + 30 * c.n_single, 8 * c.n_single),
     }
@@ -178,10 +193,15 @@ def stage_estimates(counts: GeneratorCounts, n_train: int, n_test: int, case_tok
     out = {k: {"calls": int(n), "prompt_tokens": int(n * p), "completion_tokens": int(n * q)} for k, (n, p, q) in stages.items()}
     rounds = candidate_calls(n_judges, n_train, n_test, screening, top_n)
     calls = sum(k * rows for k, rows in rounds)
-    evaluated = sum(rows * (case_tokens + k * CRITERION_TOKENS) for k, rows in rounds) if local else calls * judge_prompt
-    out["score"] = {"calls": int(calls), "prompt_tokens": int(calls * judge_prompt), "completion_tokens": int(calls),
+    sent = calls * (judge_prompt + own * demo_tokens)
+    if local:  # the case once per row for the case-first judges, again for each own-block judge
+        evaluated = sum(rows * (case_tokens + k * CRITERION_TOKENS) + k * own * (rows * case_tokens + math.ceil(rows / chunk)
+                                                                                 * demo_tokens) for k, rows in rounds)
+    else:
+        evaluated = sent
+    out["score"] = {"calls": int(calls), "prompt_tokens": int(sent), "completion_tokens": int(calls),
                     "evaluated_prompt_tokens": int(evaluated)}
-    out = {k: out[k] for k in [*list(stages)[:5], "score", *list(stages)[5:]]}
+    out = {k: out[k] for k in [*list(stages)[:6], "score", *list(stages)[6:]]}
     out["total"] = {k: sum(v[k] for v in out.values()) for k in ("calls", "prompt_tokens", "completion_tokens")}
     return out
 
@@ -246,7 +266,15 @@ class Plan:
     def to_dict(self) -> dict:
         return {"counts": dataclasses.asdict(self.counts), "clip_chars": self.clip_chars, "rows": self.rows, "n_lab": self.n_lab,
                 "estimated_seconds": round(self.seconds, 1), "estimated_tokens": self.tokens, "fits": self.fits,
-                "speed": self.speed.to_dict() if self.speed else None, "notes": self.notes, "budget": self.budget}
+                "speed": self.speed.to_dict() if self.speed else None, "notes": self.notes, "budget": self.budget,
+                "stages": self.stage_seconds()}
+
+    def stage_seconds(self) -> dict:
+        """Estimated calls, tokens and seconds per stage (to compare with the fit's usage)."""
+        if not self.stages:
+            return {}
+        secs = estimate_seconds(self.stages, self.speed) if self.speed else {}
+        return {k: {**v, "seconds": round(secs.get(k, 0.0), 1)} for k, v in self.stages.items() if k != "total"}
 
 
 def _count_steps(counts: GeneratorCounts) -> list[GeneratorCounts]:

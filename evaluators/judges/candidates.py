@@ -63,6 +63,11 @@ class Candidate:
         """Values (NaN = missing) for the labelled rows at ``positions``."""
         raise NotImplementedError
 
+    def about_output(self, positions: np.ndarray, values: np.ndarray) -> dict | None:
+        """Evidence on whether the candidate grades the output (``grades_input`` True: it does not);
+        None where the question does not apply (a metric computed from the output)."""
+        return None
+
     def meta(self) -> dict:
         """The feature metadata the regression and the artifact read (as ``score_metrics`` gives it).
         ``metric`` must score new data under the candidate's name (``metric.feature_names()`` is
@@ -140,13 +145,17 @@ class JudgeCandidate(Candidate):
             for c in group:
                 c.seconds += share
                 for r in c.judge._prefetched.values():
-                    if r.cached:
-                        c.spent["cached"] += 1
-                    else:
-                        c.spent["calls"] += 1
-                        c.spent["prompt_tokens"] += r.prompt_tokens
-                        c.spent["completion_tokens"] += r.completion_tokens
-                        c.spent["tokens"] += r.prompt_tokens + r.completion_tokens
+                    c._paid(r)
+
+    def _paid(self, r) -> None:
+        """Count one reply (cache hits cost nothing)."""
+        if r.cached:
+            self.spent["cached"] += 1
+        else:
+            self.spent["calls"] += 1
+            self.spent["prompt_tokens"] += r.prompt_tokens
+            self.spent["completion_tokens"] += r.completion_tokens
+            self.spent["tokens"] += r.prompt_tokens + r.completion_tokens
 
     def score(self, positions):
         positions = np.asarray(positions, dtype=int)
@@ -158,10 +167,34 @@ class JudgeCandidate(Candidate):
         values = self.judge.score_all(outs, inputs=ins)[self.name]
         self.seconds += time.perf_counter() - started
         self.spent["rows"] += len(positions)
-        for d in self.judge.last_details:
+        self._count(self.judge.last_details)
+        return np.asarray(values, dtype=float)
+
+    def _count(self, details) -> None:
+        for d in details:
             if d["score"] is None:
                 self.spent["failures" if d.get("error") else "parse_failures"] += 1
-        return np.asarray(values, dtype=float)
+
+    def about_output(self, positions, values):
+        """The input-swap probe (:mod:`.about_output`) on rows this judge has scored: a few extra
+        judge calls, each the output of one row under the input of another."""
+        from autometrics.evaluators.judges.about_output import MIN_PROBES, input_verdict, probe_pairs
+        from autometrics.evaluators.judges.metric import read_score
+
+        spec = self.judge.spec
+        pairs = probe_pairs(values, self.inputs, positions, scale=(spec.scale_min, spec.scale_max))
+        if len(pairs) < MIN_PROBES:
+            return {"probes": 0, "grades_input": False,
+                    "detail": f"not checked: {len(pairs)} pairs of rows with different inputs and scores (needs {MIN_PROBES})"}
+        reqs = self.judge.requests([self.outputs[i] for i, _ in pairs], [self.inputs[j] for _, j in pairs], count_cases=False)
+        started = time.perf_counter()
+        replies = self.judge.client.chat_many(reqs, stage="score:probe")
+        self.seconds += time.perf_counter() - started
+        swapped = []
+        for r in replies:
+            swapped.append(read_score(r, spec.scale_min, spec.scale_max)[0])
+            self._paid(r)
+        return input_verdict([(values[i], values[j], s) for (i, j), s in zip(pairs, swapped, strict=True)])
 
 
 @dataclass

@@ -339,10 +339,12 @@ class LLMJudgeMetric(Metric):
         lp = self.llm_config.logprobs
         return lp == "on" or (lp == "auto" and self.llm_config.uses_openai_http())
 
-    def requests(self, outputs, inputs) -> list[dict]:
+    def requests(self, outputs, inputs, *, count_cases: bool = True) -> list[dict]:
+        """The chat requests that score ``outputs`` (with ``inputs``); ``count_cases`` False: not
+        judged examples of the data (probes), left out of the token report's floor."""
         lo, hi = self.spec.scale_min, self.spec.scale_max
         usage = self.client.usage
-        if usage.prefixes is not None:  # the floor of the fit's token report: each judged case once
+        if usage.prefixes is not None and count_cases:  # the floor of the fit's token report: each judged case once
             for o, i in zip(outputs, inputs, strict=False):
                 usage.note_case("\x1f".join(judge_case(self.spec, o, i)))
         if self._use_logprobs():
@@ -382,16 +384,25 @@ class LLMJudgeMetric(Metric):
 def prefetch_row_major(judges: list[LLMJudgeMetric], outputs, inputs) -> None:
     """Ask every judge about one example before moving to the next, so a server that caches
     the last prompt prefix (llama_cpp.server) reuses the example's tokens across criteria
-    (OFFLINE.md: example first, criterion last).  Replies are handed to the judges'
-    next ``score`` on the same rows."""
+    (OFFLINE.md: example first, criterion last).  Judges whose prompt opens with their own
+    block (demonstrations: :func:`judge_messages`) are asked afterwards, each about all rows in
+    a row, so the cache serves that block instead: asked between the other judges of a row, the
+    example judge's ~800-token prompt was evaluated whole on every row (19 s a call with the 1.5B
+    model, half a 20-minute budget; tests/benchmarks/judge_budget.py).  Replies are handed to
+    the judges' next ``score`` on the same rows."""
     def norm(x):
         return "" if x is None or (isinstance(x, float) and math.isnan(x)) else str(x)
 
     inputs = [norm(i) for i in (inputs or [""] * len(outputs))]
     outputs = [norm(o) for o in outputs]
+    case_first = [j for j in judges if not j.spec.demonstrations]
+    own_first = [j for j in judges if j.spec.demonstrations]
     jobs = []
     for o, i in zip(outputs, inputs, strict=False):
-        for j in judges:
+        for j in case_first:
+            jobs.append((j, o, i, j.requests([o], [i])[0]))
+    for j in own_first:
+        for o, i in zip(outputs, inputs, strict=False):
             jobs.append((j, o, i, j.requests([o], [i])[0]))
     if not jobs:
         return

@@ -251,7 +251,7 @@ def fit_with_judges(ds, target: str, opts: LLMOptions, *, task: str | None = Non
             names = list(X.columns)
             fold = screened_fold_fit([names.index(c) for c in base_cols], [names.index(c.name) for c in outcome.finalists],
                                      [c.positive for c in outcome.finalists], groups, min_gain=opts.screening.min_gain,
-                                     z=opts.screening.z_last, n_boot=opts.screening.n_boot,
+                                     z=opts.screening.z_last, n_boot=opts.screening.n_boot, z_next=opts.screening.z_next,
                                      regression=regression, top_n=top_n, generated=[meta[c]["generated"] for c in names])
         result, stopped = _fit_with_candidates(lab, target, X, meta, notes_b, outcome, screener, test_pos, train_pos, y,
                                                budget=budget, screened=opts.screen, free=free, common=common, started=started,

@@ -37,7 +37,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 from autometrics.evaluators.judges.added_value import (
@@ -150,13 +150,15 @@ def candidate_calls(n_candidates: int, n_train: int, n_test: int, opts: Screenin
 class ScreeningOutcome:
     """``finalists`` scored every training row; ``fates`` (name -> dict) holds the candidates
     dropped on the way (failed, screened out, budget); ``rounds`` what each round did; ``stopped``
-    the budget's reason when it ran out; ``figures`` each candidate's figure per round."""
+    the budget's reason when it ran out; ``figures`` each candidate's figure per round;
+    ``output_checks`` each judge's input-swap probe (:mod:`.about_output`)."""
 
     finalists: list[Candidate]
     fates: dict[str, dict]
     rounds: list[dict]
     stopped: str | None
     figures: dict[str, list[dict]]
+    output_checks: dict[str, dict] = field(default_factory=dict)
 
 
 class Screener:
@@ -181,17 +183,22 @@ class Screener:
         self.reserve_rows = int(reserve_rows)  # held-out rows the selected candidates will be scored on
         self.top_n = int(top_n)
         self.shed: dict[str, str] = {}  # candidates dropped because the budget cannot pay for them -> why
+        self.output_checks: dict[str, dict] = {}  # name -> input-swap probe evidence (judges, first scored round)
 
     def _check(self, live: list[Candidate], rows: int) -> str | None:
         """The budget's verdict on asking ``live`` about ``rows`` more rows, keeping back what the
         held-out scoring of the costliest ``top_n`` of them would take (when ``reserve_rows``)."""
         costs = sorted((c.cost_per_row for c in live if c.cost_per_row > 0), reverse=True)
+        speed = getattr(self.budget, "speed", None)
+        # seconds a row costs: measured on the rows a candidate has scored (a long prompt runs slower
+        # than the warm-up call, and the prefix cache serves some); the token estimate before that
+        per_row = sorted((c.seconds / c.spent["rows"] if c.spent["rows"] else
+                          (speed.seconds(c.cost_per_row, 1) if speed else 0.0) for c in live if c.cost_per_row > 0), reverse=True)
         if self.reserve_rows:
             b = self.budget
             b.reserve_tokens = self.reserve_rows * sum(costs[: self.top_n])
-            speed = getattr(b, "speed", None)
-            b.reserve_seconds = speed.seconds(b.reserve_tokens, self.reserve_rows * len(costs[: self.top_n])) if speed else 0.0
-        return self.budget.check(upcoming_tokens=sum(costs) * rows)
+            b.reserve_seconds = self.reserve_rows * sum(per_row[: self.top_n])
+        return self.budget.check(upcoming_tokens=sum(costs) * rows, upcoming_seconds=sum(per_row) * rows)
 
     def score(self, candidates: list[Candidate], positions, *, shed: bool = False) -> str | None:
         """Score ``candidates`` on ``positions`` (rows a candidate already scored are skipped), a
@@ -282,7 +289,7 @@ class Screener:
                 for c in alive:
                     fates[c.name] = {"fate": "budget", "detail": f"not scored further: {stopped} (round {r + 1}, {len(rows)} rows)"}
                 rounds.append({"round": r + 1, "rows": int(len(rows)), "candidates": len(alive), "kept": 0, "stopped": stopped})
-                return ScreeningOutcome([], fates, rounds, stopped, self.figures)
+                return ScreeningOutcome([], fates, rounds, stopped, self.figures, self.output_checks)
             figs = {c.name: self.figure(c, rows, bounds=True) for c in alive}
             survivors = []
             for c in alive:
@@ -292,9 +299,10 @@ class Screener:
                 else:
                     survivors.append(c)
             if last:  # what the regression gets: the candidates that still add on all the training rows
+                survivors = self._about_output(survivors, rows, fates, f"round {r + 1}")
                 idx, given = forward_keep([self.values[c.name] for c in survivors], self.y, self.groups, rows, self.base_pred,
                                           min_gain=self.opts.min_gain, first=[figs[c.name] for c in survivors],
-                                          z=self.opts.z_last, n_boot=self.opts.n_boot)
+                                          z=self.opts.z_last, n_boot=self.opts.n_boot, z_next=self.opts.z_next)
                 finalists = [survivors[i] for i in idx]
                 for i, c in enumerate(survivors):
                     if c not in finalists:
@@ -303,11 +311,14 @@ class Screener:
                         if given[i].get("next_to") and math.isfinite(g2):
                             detail += f", {g2:+.3f} next to the {given[i]['next_to']} candidate(s) kept before it"
                             self.figures[c.name].append(given[i])
-                        if math.isfinite(g) and self.opts.z_last > 0:
-                            detail += f" (lower bound {g2 - self.opts.z_last * _se(given[i]):+.3f} ≤ {self.opts.min_gain:+.3f})"
+                        zz = self.opts.z_next if given[i].get("next_to") else self.opts.z_last
+                        if math.isfinite(g) and zz > 0:
+                            detail += f" (lower bound {g2 - zz * _se(given[i]):+.3f} ≤ {self.opts.min_gain:+.3f})"
+                        elif math.isfinite(g2):
+                            detail += f" (≤ {self.opts.min_gain:+.3f})"
                         fates[c.name] = {"fate": "screened out", "detail": detail}
                 rounds.append({"round": r + 1, "rows": int(len(rows)), "candidates": len(alive), "kept": len(finalists)})
-                return ScreeningOutcome(finalists, fates, rounds, None, self.figures)
+                return ScreeningOutcome(finalists, fates, rounds, None, self.figures, self.output_checks)
             ranked = sorted(survivors, key=lambda c: -_finite(figs[c.name]["gain"]))
             if self.opts.z > 0:  # drop only what is shown to be worse (ScreeningOptions)
                 keep, bar, why_not = self._bounded(ranked, figs)
@@ -324,10 +335,40 @@ class Screener:
                     elif math.isfinite(g) and g > self.opts.min_gain:
                         why += why_not
                     fates[c.name] = {"fate": "screened out", "detail": f"round {r + 1}: {why}"}
+            keep = self._about_output(keep, rows, fates, f"round {r + 1}")
             rounds.append({"round": r + 1, "rows": int(len(rows)), "candidates": len(alive), "kept": len(keep)})
             self.echo(f"screening round {r + 1}: {len(alive)} candidates on {len(rows)} rows, {len(keep)} go on")
             alive = keep
-        return ScreeningOutcome(alive, fates, rounds, None, self.figures)
+        return ScreeningOutcome(alive, fates, rounds, None, self.figures, self.output_checks)
+
+    def _about_output(self, alive: list[Candidate], rows, fates: dict, when: str) -> list[Candidate]:
+        """The input-swap probe of each candidate going on that was not probed yet, on ``rows`` it
+        has just scored (candidates screened out are not paid a probe): one shown to grade the
+        input instead of the output is rejected (fate ``about the input``).
+        Skipped (and said) when the budget cannot pay for the probe."""
+        if not self.opts.probe_output:
+            return alive
+        from autometrics.evaluators.judges.about_output import PROBES
+
+        kept = []
+        for c in alive:
+            if c.name not in self.output_checks and c.error is None:
+                reason = self.budget.check(upcoming_tokens=c.cost_per_row * PROBES) if self.budget is not None else None
+                try:
+                    ev = {"grades_input": False, "detail": f"not checked: {reason}"} if reason else \
+                        c.about_output(np.asarray(rows, dtype=int), self.values[c.name])
+                except Exception as exc:  # a failed probe must not sink the fit: the judge goes on, unchecked
+                    log.warning("input-swap probe of %s failed: %s", c.name, exc)
+                    ev = {"grades_input": False, "detail": f"not checked: the probe failed ({type(exc).__name__})"}
+                if ev is not None:
+                    self.output_checks[c.name] = ev
+            ev = self.output_checks.get(c.name)
+            if ev and ev.get("grades_input"):
+                fates[c.name] = {"fate": "about the input", "detail": f"{when}: {ev['detail']}"}
+                self.echo(f"{c.name} rejected: {ev['detail']}")
+            else:
+                kept.append(c)
+        return kept
 
     def _bounded(self, ranked: list[Candidate], figs: dict) -> tuple[list[Candidate], float, str]:
         """Early-round rule: keep each candidate whose upper bound (gain + z·se) is above
@@ -347,7 +388,8 @@ class Screener:
         fates = {}
         if stopped:
             fates = {c.name: {"fate": "budget", "detail": f"not scored on every row: {stopped}"} for c in candidates}
-            return ScreeningOutcome([], fates, [{"round": 1, "rows": len(positions), "stopped": stopped}], stopped, self.figures)
+            return ScreeningOutcome([], fates, [{"round": 1, "rows": len(positions), "stopped": stopped}], stopped, self.figures,
+                                    self.output_checks)
         finalists = []
         for c in candidates:
             why = self._failed(c, self.figure(c, self.train_pos))
@@ -355,5 +397,6 @@ class Screener:
                 fates[c.name] = {"fate": "failed", "detail": why}
             else:
                 finalists.append(c)
+        finalists = self._about_output(finalists, self.train_pos, fates, "all training rows")
         rounds = [{"round": 1, "rows": int(len(positions)), "candidates": len(candidates), "kept": len(finalists)}]
-        return ScreeningOutcome(finalists, fates, rounds, None, self.figures)
+        return ScreeningOutcome(finalists, fates, rounds, None, self.figures, self.output_checks)

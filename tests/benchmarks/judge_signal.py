@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import bisect
+import dataclasses
 import json
 import os
 import platform
@@ -208,6 +209,8 @@ def run_seed(full, target, task, n_train, n_test, seed, args) -> dict:
         cache = Path(tempfile.mkdtemp(prefix="autometrics-signal-bench-")) / "llm-cache.sqlite"
         opts = LLMOptions(llm=f"openai/fake@{server.url}", judge_specs=specs, rationales=0, cache=str(cache),
                           exemplar=False, timeout=120, use_bank=args.use_bank)
+        if args.z_next is not None:
+            opts.screening = dataclasses.replace(opts.screening, z_next=args.z_next)
         t0 = time.perf_counter()
         res = fit_evaluator(df, target, dataset=ds, task=task, llm_options=opts, seed=seed, top_n=args.top_n, n_boot=0)
         wall = time.perf_counter() - t0
@@ -250,6 +253,7 @@ def main(argv=None) -> int:
     p.add_argument("--top-n", type=int, default=5)
     p.add_argument("--use-bank", default="auto", choices=["auto", "always", "never"])
     p.add_argument("--no-example", dest="example", action="store_false", help="leave out the example-based judge")
+    p.add_argument("--z-next", type=float, default=None, help="ScreeningOptions.z_next (default: the package's)")
     p.add_argument("--out", default=str(ROOT / "tests" / "benchmarks" / "results"))
     args = p.parse_args(argv)
 
@@ -285,9 +289,10 @@ def main(argv=None) -> int:
               f"the floor, evaluated {s['evaluated_over_floor']:.1f}×\n", flush=True)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    path = out / f"judge_signal_{args.data}{'' if args.use_bank == 'auto' else '_bank-' + args.use_bank}.json"
+    path = out / (f"judge_signal_{args.data}{'' if args.use_bank == 'auto' else '_bank-' + args.use_bank}"
+                  f"{'' if args.z_next is None else f'_znext-{args.z_next:g}'}.json")
     path.write_text(json.dumps({"data": args.data, "target": target, "tau": args.tau, "n_noise": args.n_noise,
-                                "use_bank": args.use_bank, "curve": curve,
+                                "use_bank": args.use_bank, "z_next": args.z_next, "curve": curve,
                                 "machine": {"python": platform.python_version(), "cpus": os.cpu_count(),
                                             "load": os.getloadavg()[0]},
                                 "command": " ".join(["python", "tests/benchmarks/judge_signal.py", *(argv or sys.argv[1:])])},

@@ -82,8 +82,10 @@ def test_screening_keeps_the_signal_judge_and_screens_out_noise_with_fewer_token
     noise = [c for name, c in fates.items() if "noise" in name]
     assert len(noise) == 8 and sum(c["fate"] == "screened out" for c in noise) >= 5, [(c["feature"], c["fate"]) for c in noise]
     assert all(c["detail"] and c["tokens"] > 0 for c in fates.values())
-    # every candidate on every row: 9 judges x 60 rows; screening asked far fewer, and paid fewer tokens
-    assert n_all == 9 * 60
+    # every candidate on every row: 9 judges x 60 rows, and each judge's input-swap probe (6 calls);
+    # screening asked far fewer, and paid fewer tokens
+    assert n_all == 9 * 60 + everything["llm"]["usage"]["score:probe"]["calls"] and \
+        everything["llm"]["usage"]["score:probe"]["calls"] <= 9 * 6
     # (an early round drops only candidates whose upper bound adds nothing, and holds >= 8 input
     # groups: on 60 rows that costs more than the old best-third rule, which lost signal judges)
     assert n_screened <= 0.85 * n_all, (n_screened, n_all)
@@ -249,3 +251,72 @@ def test_judges_that_all_disagree_give_back_the_llm_free_evaluator(tmp_path):
     assert a["method"]["returned"] == "llm-free" and "could use no candidate" in a["llm"]["floor"]["why"]
     assert {c["fate"] for c in a["llm"]["candidates"]} == {"negative weight"}
     assert all("τ train -" in c["detail"] for c in a["llm"]["candidates"])
+
+
+def test_a_judge_that_grades_the_input_is_rejected_and_one_that_reads_the_output_is_kept(tmp_path):
+    """The input-swap probe (judges/about_output.py): "Question difficulty" scores the input (the same
+    score for every answer to one question) and is rejected; "Faithfulness" reads the answer and
+    "On topic" punishes an answer shown under another question (it reads both): both are kept."""
+    df = grouped_data(seed=3)
+    ranks = df["score"].rank(pct=True)
+    level = dict(zip(df["output"], (1 + np.minimum(4, (ranks * 5).astype(int))).tolist(), strict=True))
+    by_input = {f"question number {i}": 1 + i % 5 for i in range(15)}
+
+    def script(criterion, output, inp):
+        if criterion == "Question difficulty":
+            return by_input[inp]
+        if criterion == "On topic":  # an answer carries its question's number: "... 7-2"
+            return level[output] if inp.endswith(" " + output.rsplit(" ", 1)[1].split("-")[0]) else 1
+        return level[output] if criterion == "Faithfulness" else noise_score(criterion, output)
+
+    extra = ("Question difficulty", "On topic")
+    with ScriptedJudgeServer(script) as srv:
+        a = _fit(srv, df, tmp_path, "probe", judge_specs=specs(n_noise=2, extra=extra))
+    fates = {c["feature"]: c for c in a["llm"]["candidates"]}
+    q = fates["llm.single.question_difficulty"]
+    assert q["fate"] == "about the input" and "grades the input" in q["detail"], q
+    assert q["about_output"]["grades_input"] and q["about_output"]["follows_input"] == q["about_output"]["answered"] >= 5
+    for name in ("llm.single.faithfulness", "llm.single.on_topic"):
+        assert fates[name]["about_output"]["grades_input"] is False, fates[name]
+        assert fates[name]["fate"] != "about the input"
+    assert fates["llm.single.faithfulness"]["fate"] == "kept"
+    # the probe is paid for and counted: 6 calls per judge at most, on the candidates' token tally
+    probe = a["llm"]["usage"]["score:probe"]
+    assert 0 < probe["calls"] <= 6 * 5
+    assert sum(c["tokens"] for c in fates.values()) == _judge_tokens(a)
+
+
+def test_input_verdict_needs_every_informative_probe_to_follow_the_input():
+    from autometrics.evaluators.judges.about_output import input_verdict, probe_pairs
+
+    values = np.array([1.0, 5.0, 2.0, 4.0, 3.0, 3.0, np.nan, 5.0])
+    inputs = ["a", "b", "c", "d", "e", "f", "g", "b"]
+    pairs = probe_pairs(values, inputs, range(8), k=6)
+    assert all(values[j] - values[i] >= 0.5 and inputs[i] != inputs[j] for i, j in pairs)
+    assert len({r for p in pairs for r in p}) == 2 * len(pairs) and 6 not in {r for p in pairs for r in p}
+    assert pairs[0] in {(0, 1), (0, 7)}  # the widest gap first
+    follows_input = [(1, 5, 5), (2, 4, 4.2), (1, 3, 2.6), (2, 5, 4), (1, 4, 4)]
+    assert input_verdict(follows_input)["grades_input"]
+    assert not input_verdict(follows_input[:4])["grades_input"]  # fewer than 5 informative probes
+    assert not input_verdict([*follows_input, (2, 5, 2)])["grades_input"]  # one probe follows the output
+    assert not input_verdict([*follows_input[:4], (1, 4, float("nan"))])["grades_input"]  # an unreadable probe is missing
+
+
+def test_a_judge_with_demonstrations_is_asked_about_all_rows_in_a_row(tmp_path):
+    """Its prompt opens with its demonstration block; asked between the other judges of each row, a
+    prefix cache could never serve that block.  The case-first judges go row by row, then it goes."""
+    from autometrics.evaluators.judges.metric import LLMJudgeMetric, prefetch_row_major, unbind_clients
+    from autometrics.evaluators.llm.client import LLMConfig
+
+    example = JudgeSpec(kind="example", criterion="Like the examples", description="match the scored examples", task=TASK,
+                        demonstrations=[{"input": "q", "output": f"demo answer {k}", "score": k} for k in range(1, 6)])
+    with ScriptedJudgeServer(lambda c, o, i: noise_score(c, o)) as srv:
+        cfg = LLMConfig.parse(f"openai/fake@{srv.url}", concurrency=1)
+        judges = [LLMJudgeMetric.from_spec(s, cfg) for s in [example, *specs(n_noise=1)]]
+        outs = [f"a new answer {k}" for k in range(3)]
+        try:
+            prefetch_row_major(judges, outs, ["q"] * 3)
+        finally:
+            unbind_clients()
+        asked = list(srv.judge_requests)
+    assert asked == [(c, o) for o in outs for c in ("Faithfulness", "Noise 1")] + [("Like the examples", o) for o in outs]
