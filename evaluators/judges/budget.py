@@ -133,9 +133,8 @@ class Budget:
         the caller measured it) must not start, or None.  The reserves set aside for the held-out
         scoring are not available to screening."""
         secs, toks = self.left()
-        need_s = self.speed.seconds(upcoming_tokens, 0) if self.speed and upcoming_tokens else 0.0
-        if upcoming_seconds is not None:
-            need_s = upcoming_seconds
+        need_s = (upcoming_seconds if upcoming_seconds is not None else
+                  self.speed.seconds(upcoming_tokens, 0) if self.speed and upcoming_tokens else 0.0)
         if secs - self.reserve_seconds <= need_s and self.seconds_limit is not None:
             return f"the {format_seconds(self.seconds_limit)} budget is spent ({self.spent()['seconds']:.0f} s used)"
         if toks - self.reserve_tokens < upcoming_tokens and self.tokens_limit is not None:
@@ -159,6 +158,7 @@ def stage_estimates(counts: GeneratorCounts, n_train: int, n_test: int, case_tok
     False: the judges are given, no generation stage."""
     from autometrics.evaluators.judges.about_output import PROBES
     from autometrics.evaluators.judges.code_metric import estimate_code_calls
+    from autometrics.evaluators.judges.metric import MAX_DEMO_CHARS
     from autometrics.evaluators.judges.screening import candidate_calls
 
     c = counts
@@ -166,11 +166,11 @@ def stage_estimates(counts: GeneratorCounts, n_train: int, n_test: int, case_tok
     n_lab = n_train + n_test
     n_judges = c.n_single + c.n_rubric + c.n_example + c.n_optimized
     judge_prompt = case_tokens + CRITERION_TOKENS
-    # judges with demonstrations open with their own block (metric._MAX_DEMO characters of input and
-    # of output per demonstration, one per label quintile): sent with every call; a local server's
-    # prefix cache serves it across the rows it asks in a row (prefetch_row_major: chunk_rows rows)
+    # judges with demonstrations open with their own block (one demonstration per label quintile, its
+    # input and output clipped at metric.MAX_DEMO_CHARS characters each): sent with every call; a local
+    # server's prefix cache serves it across the rows it asks in a row (prefetch_row_major: chunk_rows rows)
     own = (c.n_example + c.n_optimized) / max(n_judges, 1)
-    demo_tokens = 5 * min(case_tokens, 150) + 40
+    demo_tokens = 5 * min(case_tokens, 2 * MAX_DEMO_CHARS / 4) + 40
     chunk = max(1, int(screening.chunk_rows)) if screening is not None else 8
     # criteria: up to two proposal rounds (a second one when too few specific criteria survive;
     # measured with the 1.5B model: 2 calls, 355 completion tokens for 3 criteria asked)

@@ -43,6 +43,7 @@ class Candidate:
     ``spent`` counts rows, calls, tokens and failures; ``error`` holds why it failed, if it did."""
 
     positive = True
+    input_probe = False  # it reads an input and an output, and has about_output(positions, values) (LLM judges)
 
     def __init__(self, name: str, kind: str, *, metric=None, cost_per_row: float = 0.0, positive: bool | None = None):
         self.name = name
@@ -62,11 +63,6 @@ class Candidate:
     def score(self, positions: np.ndarray) -> np.ndarray:
         """Values (NaN = missing) for the labelled rows at ``positions``."""
         raise NotImplementedError
-
-    def about_output(self, positions: np.ndarray, values: np.ndarray) -> dict | None:
-        """Evidence on whether the candidate grades the output (``grades_input`` True: it does not);
-        None where the question does not apply (a metric computed from the output)."""
-        return None
 
     def meta(self) -> dict:
         """The feature metadata the regression and the artifact read (as ``score_metrics`` gives it).
@@ -111,6 +107,8 @@ def _norm(x) -> str:
 class JudgeCandidate(Candidate):
     """An LLM judge (:class:`~.metric.LLMJudgeMetric`) over the labelled rows ``outputs``/``inputs``.
     Tokens are counted from the replies it was paid for (cache hits cost nothing)."""
+
+    input_probe = True
 
     def __init__(self, judge, outputs: Sequence, inputs: Sequence | None = None):
         self.judge = judge
@@ -167,17 +165,15 @@ class JudgeCandidate(Candidate):
         values = self.judge.score_all(outs, inputs=ins)[self.name]
         self.seconds += time.perf_counter() - started
         self.spent["rows"] += len(positions)
-        self._count(self.judge.last_details)
-        return np.asarray(values, dtype=float)
-
-    def _count(self, details) -> None:
-        for d in details:
+        for d in self.judge.last_details:
             if d["score"] is None:
                 self.spent["failures" if d.get("error") else "parse_failures"] += 1
+        return np.asarray(values, dtype=float)
 
-    def about_output(self, positions, values):
+    def about_output(self, positions, values) -> dict:
         """The input-swap probe (:mod:`.about_output`) on rows this judge has scored: a few extra
-        judge calls, each the output of one row under the input of another."""
+        judge calls, each the output of one row under the input of another.  Returns the evidence
+        (``grades_input`` True: it grades the input, not the output)."""
         from autometrics.evaluators.judges.about_output import MIN_PROBES, input_verdict, probe_pairs
         from autometrics.evaluators.judges.metric import read_score
 

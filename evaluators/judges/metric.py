@@ -36,7 +36,7 @@ __all__ = ["JudgeSpec", "LLMJudgeMetric", "read_score", "score_multi", "judge_me
 FACTORY = "autometrics.evaluators.judges:LLMJudgeMetric"
 KINDS = ("single", "rubric", "example", "optimized")
 _MAX_TEXT = 3000  # characters of input/output shown to a judge
-_MAX_DEMO = 300  # characters of a demonstration's input/output (they are repeated in every call of the judge)
+MAX_DEMO_CHARS = 300  # characters of a demonstration's input/output (they are repeated in every call of the judge)
 
 
 def _slug(text: str, n: int = 40) -> str:
@@ -198,8 +198,8 @@ def judge_messages(spec: JudgeSpec, output: str, input_text: str = "", *, mode: 
         for i, d in enumerate(spec.demonstrations, 1):
             block = f"Example {i}:\n"
             if d.get("input"):
-                block += f"Input: {_clip(elide_text(d['input'], (spec.elide or {}).get('input')), _MAX_DEMO)}\n"
-            block += f"Output: {_clip(d.get('output', ''), _MAX_DEMO)}\nScore: {d['score']}"
+                block += f"Input: {_clip(elide_text(d['input'], (spec.elide or {}).get('input')), MAX_DEMO_CHARS)}\n"
+            block += f"Output: {_clip(d.get('output', ''), MAX_DEMO_CHARS)}\nScore: {d['score']}"
             own.append(block)
     crit = f"Criterion: {spec.criterion}"
     if spec.description:

@@ -189,16 +189,21 @@ class Screener:
         """The budget's verdict on asking ``live`` about ``rows`` more rows, keeping back what the
         held-out scoring of the costliest ``top_n`` of them would take (when ``reserve_rows``)."""
         costs = sorted((c.cost_per_row for c in live if c.cost_per_row > 0), reverse=True)
-        speed = getattr(self.budget, "speed", None)
-        # seconds a row costs: measured on the rows a candidate has scored (a long prompt runs slower
-        # than the warm-up call, and the prefix cache serves some); the token estimate before that
-        per_row = sorted((c.seconds / c.spent["rows"] if c.spent["rows"] else
-                          (speed.seconds(c.cost_per_row, 1) if speed else 0.0) for c in live if c.cost_per_row > 0), reverse=True)
+        per_row = sorted((self._row_seconds(c) for c in live if c.cost_per_row > 0), reverse=True)
         if self.reserve_rows:
             b = self.budget
             b.reserve_tokens = self.reserve_rows * sum(costs[: self.top_n])
             b.reserve_seconds = self.reserve_rows * sum(per_row[: self.top_n])
         return self.budget.check(upcoming_tokens=sum(costs) * rows, upcoming_seconds=sum(per_row) * rows)
+
+    def _row_seconds(self, c: Candidate) -> float:
+        """Seconds one more row of ``c`` costs: measured on the rows it has scored (a long prompt
+        runs slower than the warm-up call, and the prefix cache serves some); before that, its
+        token estimate at the budget's warm-up speed."""
+        if c.spent["rows"]:
+            return c.seconds / c.spent["rows"]
+        speed = getattr(self.budget, "speed", None)
+        return speed.seconds(c.cost_per_row, 1) if speed else 0.0
 
     def score(self, candidates: list[Candidate], positions, *, shed: bool = False) -> str | None:
         """Score ``candidates`` on ``positions`` (rows a candidate already scored are skipped), a
@@ -352,16 +357,16 @@ class Screener:
 
         kept = []
         for c in alive:
-            if c.name not in self.output_checks and c.error is None:
-                reason = self.budget.check(upcoming_tokens=c.cost_per_row * PROBES) if self.budget is not None else None
+            if c.input_probe and c.name not in self.output_checks and c.error is None:
+                reason = (self.budget.check(upcoming_tokens=c.cost_per_row * PROBES, upcoming_seconds=self._row_seconds(c) * PROBES)
+                          if self.budget is not None else None)
                 try:
                     ev = {"grades_input": False, "detail": f"not checked: {reason}"} if reason else \
                         c.about_output(np.asarray(rows, dtype=int), self.values[c.name])
                 except Exception as exc:  # a failed probe must not sink the fit: the judge goes on, unchecked
                     log.warning("input-swap probe of %s failed: %s", c.name, exc)
                     ev = {"grades_input": False, "detail": f"not checked: the probe failed ({type(exc).__name__})"}
-                if ev is not None:
-                    self.output_checks[c.name] = ev
+                self.output_checks[c.name] = ev
             ev = self.output_checks.get(c.name)
             if ev and ev.get("grades_input"):
                 fates[c.name] = {"fate": "about the input", "detail": f"{when}: {ev['detail']}"}

@@ -51,13 +51,11 @@ def one_run(name: str, seed: int, *, model: str, budget: float, rows: int | None
     df = pd.read_csv(DATASETS / meta.get("file", f"{name}.csv"))
     cache = Path(tempfile.mkdtemp(prefix="autometrics-judge-budget-")) / "llm-cache.sqlite"
     opts = LLMOptions(llm=f"local:{model}", counts=PAPER_COUNTS, budget_seconds=budget, cache=str(cache))
-    lines: list[str] = []
-    stamps: list[float] = []
+    timeline: list[list] = []  # [seconds since the fit started, log line]
     t0 = time.perf_counter()
 
-    def echo(line: str) -> None:  # each log line with the seconds since the fit started
-        lines.append(line)
-        stamps.append(round(time.perf_counter() - t0, 1))
+    def echo(line: str) -> None:
+        timeline.append([round(time.perf_counter() - t0, 1), line])
 
     res = fit_evaluator(df, TARGETS[name], task=meta.get("task"), llm_options=opts, seed=seed, n_boot=1000,
                         max_rows=rows if name != "evalgen_product" else None, echo=echo)
@@ -79,12 +77,12 @@ def one_run(name: str, seed: int, *, model: str, budget: float, rows: int | None
             "budget_seconds": budget, "within_budget": wall <= budget,
             "stopped": a["llm"]["screening"].get("stopped"), "judge_tokens": (a["llm"].get("tokens") or {}).get("judging"),
             "candidates": [{k: c.get(k) for k in ("feature", "kind", "fate", "detail", "gain", "tau", "tokens", "weight",
-                                                   "screening")}
+                                                   "screening", "about_output")}
                            for c in a["llm"]["candidates"]],
-            "features": [f["feature"] for f in a["features"]], "log": lines[-40:],
+            "features": [f["feature"] for f in a["features"]],
             "usage_by_stage": {k: {f: v[f] for f in ("calls", "cache_hits", "prompt_tokens", "completion_tokens", "seconds")}
                                for k, v in a["llm"]["usage"].items()},
-            "timeline": [[t, line] for t, line in zip(stamps, lines, strict=True)][-60:]}
+            "timeline": timeline[-60:]}
 
 
 def _mean(xs) -> float:
