@@ -32,6 +32,8 @@ import re
 from collections.abc import Iterable
 from typing import NamedTuple
 
+from autometrics.errors import DataError, UserError
+
 __all__ = ["span_row", "rows_from_readable_spans", "rows_from_otlp", "parse_otlp_json", "messages_text", "SpanRejected",
            "OtlpRows", "MAX_FIELD_CHARS", "field_limit"]
 
@@ -41,7 +43,7 @@ _WIDTHS = {"project": 200, "scope": 200, "model": 200, "operation": 64}  # the s
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
 
-class SpanRejected(ValueError):
+class SpanRejected(DataError):
     """A span with a value the store can never hold; ``field`` names it."""
 
     def __init__(self, field: str, message: str):
@@ -62,7 +64,7 @@ def field_limit() -> int:
     try:
         return max(1, int(text)) if text else MAX_FIELD_CHARS
     except ValueError:
-        raise ValueError(f"AUTOMETRICS_COLLECTOR_MAX_FIELD_CHARS={text!r} is not a whole number") from None
+        raise UserError(f"AUTOMETRICS_COLLECTOR_MAX_FIELD_CHARS={text!r} is not a whole number") from None
 
 _KINDS = {0: "UNSPECIFIED", 1: "INTERNAL", 2: "SERVER", 3: "CLIENT", 4: "PRODUCER", 5: "CONSUMER"}
 _STATUS = {0: "UNSET", 1: "OK", 2: "ERROR"}

@@ -27,6 +27,8 @@ import time
 import uuid
 from dataclasses import dataclass
 
+from autometrics.errors import UserError
+
 __all__ = ["make_feedback_row", "FEEDBACK_KINDS", "FeedbackSchema", "FeedbackValueError", "coerce_value", "infer_kind",
            "normalise_kind", "make_schema", "row_fingerprint"]
 
@@ -66,7 +68,7 @@ def _no_nul(value, field: str) -> None:
                                  "(the store cannot keep NUL bytes)", field=field, code="nul_byte")
 
 
-class FeedbackValueError(ValueError):
+class FeedbackValueError(UserError):
     """A feedback item refused: ``field`` is the item's field at fault (``value``, ``kind``,
     ``trace_id``, ...), ``code`` a short reason (``null``, ``not_finite``, ``out_of_scale``,
     ``kind_mismatch``, ...) used to count and log per reason; the message says what to send."""

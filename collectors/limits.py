@@ -19,6 +19,8 @@ import threading
 import time
 import zlib
 
+from autometrics.errors import UserError
+
 __all__ = ["CollectorLimits", "ByteBudget", "BodyError", "decompress", "decompress_all", "DECODE_COST", "unstorable"]
 
 DECODE_COST = 6  # memory to decode a body, in multiples of its decompressed size (JSON/protobuf -> rows), measured
@@ -58,7 +60,7 @@ class CollectorLimits:
                 try:
                     values[f.name] = float(text) if is_float else int(text.replace("_", ""))
                 except ValueError:
-                    raise ValueError(f"{name}={text!r} is not {'a number' if is_float else 'a whole number'}") from None
+                    raise UserError(f"{name}={text!r} is not {'a number' if is_float else 'a whole number'}") from None
         values.update({k: v for k, v in overrides.items() if v is not None})
         return cls(**values).checked()
 
@@ -66,7 +68,7 @@ class CollectorLimits:
         for f in dataclasses.fields(self):
             v = getattr(self, f.name)
             if not (isinstance(v, (int, float)) and v > 0 and v == v and v != float("inf")):
-                raise ValueError(f"collector limit {f.name} ({self.ENV_PREFIX}{f.name.upper()}) must be a positive number, got {v!r}")
+                raise UserError(f"collector limit {f.name} ({self.ENV_PREFIX}{f.name.upper()}) must be a positive number, got {v!r}")
         return self
 
     def describe(self) -> str:

@@ -61,6 +61,7 @@ from autometrics.collectors.limits import (
     unstorable,
 )
 from autometrics.collectors.store import FeedbackRejected, TraceStore, clock_skewed
+from autometrics.errors import UserError
 
 log = logging.getLogger("autometrics.collectors.server")
 
@@ -358,7 +359,7 @@ class CollectorServer:
                  max_decompressed: int | None = None, langfuse: str = "auto", limits: CollectorLimits | None = None):
         keys = [k for k in (api_keys or []) if k]
         if not keys and not allow_no_auth:
-            raise ValueError("no API key configured: pass --api-key / set AUTOMETRICS_COLLECTOR_API_KEYS, or --no-auth for local testing")
+            raise UserError("no API key configured: pass --api-key / set AUTOMETRICS_COLLECTOR_API_KEYS, or --no-auth for local testing")
         self.api_keys = [k.encode() for k in keys]
         self.store = store if isinstance(store, TraceStore) else TraceStore(store)
         self.limits = lim = limits or CollectorLimits.from_env()

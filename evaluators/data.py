@@ -22,9 +22,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
+from autometrics.errors import DataError
 from autometrics.evaluators.tables import (
-    DataError,
-    UserError,
     as_text,
     builtin_dataset_path,
     parse_reference_cell,
@@ -33,8 +32,6 @@ from autometrics.evaluators.tables import (
 )
 
 __all__ = [
-    "UserError",
-    "DataError",
     "Dataset",
     "LabelInfo",
     "load_dataset",

@@ -24,7 +24,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 from autometrics.collectors.files import atomic_write_text, dumps
-from autometrics.evaluators.data import DataError, load_dataset, read_table
+from autometrics.errors import DataError, MissingFile, UserError
+from autometrics.evaluators.data import load_dataset, read_table
 from autometrics.evaluators.scoring import metric_from_artifact_spec, score_metrics
 from autometrics.metricbank import Metric
 
@@ -42,7 +43,7 @@ class ArtifactError(DataError):
 
 
 def _reject_constant(name: str):
-    raise ValueError(f"{name} is not a number JSON allows")
+    raise UserError(f"{name} is not a number JSON allows")
 
 
 def _finite(v) -> bool:
@@ -95,10 +96,10 @@ class Evaluator:
 
     def __init__(self, artifact: dict):
         if artifact.get("format") != ARTIFACT_FORMAT:
-            raise ValueError(f"not an autometrics evaluator artifact (format={artifact.get('format')!r})")
+            raise UserError(f"not an autometrics evaluator artifact (format={artifact.get('format')!r})")
         v = artifact.get("format_version", ARTIFACT_VERSION)
         if not isinstance(v, int) or isinstance(v, bool) or not 1 <= v <= ARTIFACT_VERSION:
-            raise ValueError(f"evaluator format_version {v!r} is not one this package reads (1 to {ARTIFACT_VERSION}); "
+            raise UserError(f"evaluator format_version {v!r} is not one this package reads (1 to {ARTIFACT_VERSION}); "
                              "for a newer one, upgrade autometrics-sdk")
         self.artifact = artifact
         self.source = "evaluator"  # the file it was loaded from, for error messages
@@ -115,7 +116,7 @@ class Evaluator:
         try:
             text = path.read_text(encoding="utf-8")
         except FileNotFoundError as exc:
-            raise FileNotFoundError(f"no evaluator at {path}; pass the evaluator.json written by `autometrics fit`") from exc
+            raise MissingFile(f"no evaluator at {path}; pass the evaluator.json written by `autometrics fit`") from exc
         except IsADirectoryError:
             raise ArtifactError(f"{path}: is a folder without an evaluator.json; pass the file `autometrics fit` wrote") from None
         except UnicodeDecodeError as exc:

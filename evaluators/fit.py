@@ -25,7 +25,8 @@ import time
 
 import pandas as pd
 from autometrics.collectors.files import json_safe
-from autometrics.evaluators.data import DataError, Dataset, load_dataset
+from autometrics.errors import DataError, UserError
+from autometrics.evaluators.data import Dataset, load_dataset
 from autometrics.evaluators.evaluator import SCORE_COLUMN, Evaluator, load_evaluator, score_metrics
 from autometrics.evaluators.induce import DEFAULT_REGRESSION, MIN_LABELS_FOR_CONFIDENCE, FitResult, fit_on_features
 from autometrics.evaluators.judges.options import LLMOptions
@@ -97,7 +98,7 @@ def fit_evaluator(
             opts = dataclasses.replace(opts, llm=llm)
         return fit_with_judges(ds, target, opts, progress=progress, dry_run=dry_run, echo=echo, **common)
     if dry_run:
-        raise ValueError("dry_run estimates LLM calls: pass llm= (the LLM-free fit makes none)")
+        raise UserError("dry_run estimates LLM calls: pass llm= (the LLM-free fit makes none)")
     lab = ds.labelled(target)
     unavailable: dict[str, str] = {}
     plan = None
@@ -120,7 +121,7 @@ def sample_rows(ds: Dataset, target: str, max_rows: int, seed: int = 0) -> Datas
     from autometrics.evaluators.judges.screening import sample_groups
 
     if max_rows < 2:
-        raise ValueError(f"max_rows must be at least 2, got {max_rows}")
+        raise UserError(f"max_rows must be at least 2, got {max_rows}")
     lab = ds.labelled(target)
     if len(lab) <= max_rows:
         return ds

@@ -22,8 +22,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 from autometrics.collectors.files import json_safe, package_version
+from autometrics.errors import DataError, UserError
 from autometrics.evaluators.blackbox import blackbox_reference
-from autometrics.evaluators.data import DataError, Dataset
+from autometrics.evaluators.data import Dataset
 from autometrics.evaluators.evaluator import ARTIFACT_FORMAT, ARTIFACT_VERSION, Evaluator
 from autometrics.evaluators.selection import (
     SELECTORS,
@@ -131,7 +132,7 @@ def _single_fold(allowed) -> Callable:
     def fit_predict(Xa, tr, te, y):
         b = _best_single(Xa[tr], y[tr], allowed)
         if b is None:
-            raise ValueError("no metric varies on this fold's training rows")
+            raise UserError("no metric varies on this fold's training rows")
         col = Xa[:, b[0]]
         med = np.nanmedian(col[tr]) if np.isfinite(col[tr]).any() else 0.0
         return b[1] * np.where(np.isnan(col[te]), med, col[te])
@@ -197,11 +198,11 @@ def fit_on_features(
     cf = crossfit or CrossFit(n_boot=n_boot)
     X, meta, notes = features
     if len(X) != len(lab):
-        raise ValueError(f"features have {len(X)} rows, labelled data has {len(lab)}")
+        raise UserError(f"features have {len(X)} rows, labelled data has {len(lab)}")
     if X.shape[1] == 0:
         raise DataError("no metric could score this data: " + "; ".join(notes))
     if regression not in REGRESSIONS:
-        raise ValueError(f"unknown regression {regression!r}; choose one of {', '.join(REGRESSIONS)}")
+        raise UserError(f"unknown regression {regression!r}; choose one of {', '.join(REGRESSIONS)}")
 
     y = lab.y(target)
     holdout = lab.has_holdout(test_size)

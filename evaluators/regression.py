@@ -13,6 +13,7 @@ Example::
 from __future__ import annotations
 
 import numpy as np
+from autometrics.errors import UserError
 
 __all__ = ["LinearSelector", "PLSMetricSelector", "prepare"]
 
@@ -37,13 +38,13 @@ def prepare(X, y, generated):
     X = np.asarray(X, dtype=float)
     y = np.asarray(y, dtype=float)
     if X.ndim != 2 or y.ndim != 1 or X.shape[0] != y.shape[0]:
-        raise ValueError(f"X must be (n_examples, n_metrics) with n_examples={y.shape[0]}, got {X.shape}")
+        raise UserError(f"X must be (n_examples, n_metrics) with n_examples={y.shape[0]}, got {X.shape}")
     if np.isnan(y).any():
-        raise ValueError("y contains NaN: drop unlabelled rows before fitting")
+        raise UserError("y contains NaN: drop unlabelled rows before fitting")
     p = X.shape[1]
     generated = np.zeros(p, dtype=bool) if generated is None else np.asarray(generated, dtype=bool)
     if generated.shape != (p,):
-        raise ValueError(f"generated must have one flag per metric ({p}), got {generated.shape}")
+        raise UserError(f"generated must have one flag per metric ({p}), got {generated.shape}")
     with np.errstate(all="ignore"):
         impute = np.nanmedian(X, axis=0)
     Xi = np.where(np.isnan(X), impute, X)
@@ -51,7 +52,7 @@ def prepare(X, y, generated):
     scale = Xi.std(axis=0)
     usable = np.isfinite(impute) & np.isfinite(scale) & (scale > 1e-12)
     if not usable.any():
-        raise ValueError("no candidate metric varies on the training rows; nothing to regress on")
+        raise UserError("no candidate metric varies on the training rows; nothing to regress on")
     safe_scale = np.where(usable, scale, 1.0)
     Z = np.where(usable, (Xi - mean) / safe_scale, 0.0)
     return X, y, generated, impute, mean, safe_scale, usable, Z
@@ -80,7 +81,7 @@ class LinearSelector:
         self._check_fitted()
         X = np.asarray(X, dtype=float)
         if X.ndim != 2 or X.shape[1] != self.n_features_in_:
-            raise ValueError(f"X must have {self.n_features_in_} metric columns, got shape {X.shape}")
+            raise UserError(f"X must have {self.n_features_in_} metric columns, got shape {X.shape}")
         sel = self.selected_
         Xs = np.where(np.isnan(X[:, sel]), self.impute_[sel], X[:, sel])
         return (Xs - self.mean_[sel]) / self.scale_[sel]
@@ -106,7 +107,7 @@ class PLSMetricSelector(LinearSelector):
 
     def fit(self, X, y, *, generated=None) -> PLSMetricSelector:
         if self.top_n < 1:
-            raise ValueError(f"top_n must be >= 1, got {self.top_n}")
+            raise UserError(f"top_n must be >= 1, got {self.top_n}")
         X, y, generated, impute, mean, safe_scale, usable, Z = prepare(X, y, generated)
         p = X.shape[1]
 
@@ -117,7 +118,7 @@ class PLSMetricSelector(LinearSelector):
 
         candidates = [j for j in cols if not (self.drop_negative_generated and generated[j] and stage1_coef[j] < 0)]
         if not candidates:
-            raise ValueError("every candidate metric was dropped (negative-weight generated metrics only)")
+            raise UserError("every candidate metric was dropped (negative-weight generated metrics only)")
         ranked = sorted(candidates, key=lambda j: -abs(stage1_coef[j]))
         selected = ranked[: self.top_n]
         while True:

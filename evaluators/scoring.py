@@ -14,6 +14,7 @@ import time
 
 import numpy as np
 import pandas as pd
+from autometrics.errors import UserError
 from autometrics.metricbank import Metric, MetricUnavailable, metric_from_spec
 
 __all__ = ["score_metrics", "metric_from_artifact_spec"]
@@ -32,7 +33,7 @@ def metric_from_artifact_spec(spec: dict) -> Metric:
     if not factory:
         return metric_from_spec(spec)
     if factory not in _FACTORIES:
-        raise ValueError(f"evaluator names an unknown metric factory {factory!r}")
+        raise UserError(f"evaluator names an unknown metric factory {factory!r}")
     module, cls = factory.split(":")
     return getattr(importlib.import_module(module), cls)(**spec.get("params", {}))
 

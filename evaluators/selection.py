@@ -41,6 +41,7 @@ import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
+from autometrics.errors import UserError
 from autometrics.evaluators.regression import LinearSelector, prepare
 from autometrics.evaluators.stats import kendall_tau, kendall_taus
 
@@ -156,9 +157,9 @@ def prepare_checked(prepared: PreparedMetrics, y):
     """:func:`~.regression.prepare`'s result for a prepared matrix and these labels."""
     y = np.asarray(y, dtype=float)
     if y.shape != (prepared.X.shape[0],):
-        raise ValueError(f"y must have one label per row of the prepared metrics ({prepared.X.shape[0]}), got {y.shape}")
+        raise UserError(f"y must have one label per row of the prepared metrics ({prepared.X.shape[0]}), got {y.shape}")
     if np.isnan(y).any():
-        raise ValueError("y contains NaN: drop unlabelled rows before fitting")
+        raise UserError("y contains NaN: drop unlabelled rows before fitting")
     return (prepared.X, y, prepared.generated_, prepared.impute, prepared.mean, prepared.scale, prepared.usable,
             prepared.Z)
 
@@ -208,7 +209,7 @@ class NNLSMetricSelector(LinearSelector):
         judge that reliably disagrees is used reversed), is never merged into a near-duplicate
         group and does not count against ``top_n``; the final fit may still give it no weight."""
         if self.top_n < 1:
-            raise ValueError(f"top_n must be >= 1, got {self.top_n}")
+            raise UserError(f"top_n must be >= 1, got {self.top_n}")
         if prepared is None:
             X, y, generated, impute, mean, scale, usable, Z = prepare(X, y, generated)
             tau = train_taus(X, y, np.flatnonzero(usable))
@@ -223,7 +224,7 @@ class NNLSMetricSelector(LinearSelector):
             sign = np.where(generated & (sign < 0) & ~forced, 0.0, sign)
         cands = [int(j) for j in np.flatnonzero(usable & (sign != 0))]
         if not cands:
-            raise ValueError("no candidate metric has a defined, non-zero Kendall tau with the labels "
+            raise UserError("no candidate metric has a defined, non-zero Kendall tau with the labels "
                              "(or only judges that disagree with them)")
         cands.sort(key=lambda j: (-abs(tau[j]), j))
         yc = y - y.mean()
@@ -286,7 +287,7 @@ class ElasticNetMetricSelector(LinearSelector):
         from sklearn.model_selection import KFold
 
         if self.top_n < 1:
-            raise ValueError(f"top_n must be >= 1, got {self.top_n}")
+            raise UserError(f"top_n must be >= 1, got {self.top_n}")
         X, y, generated, impute, mean, scale, usable, Z = prepare(X, y, generated)
         p, n = X.shape[1], X.shape[0]
         cols = np.flatnonzero(usable)
@@ -327,7 +328,7 @@ class ElasticNetMetricSelector(LinearSelector):
         tau = train_taus(X, y, cols)
         allowed = np.isfinite(tau) & ~(bad & (np.nan_to_num(tau) <= 0))
         if not allowed.any():
-            raise ValueError("no candidate metric has a defined Kendall tau with the labels (or only judges that disagree)")
+            raise UserError("no candidate metric has a defined Kendall tau with the labels (or only judges that disagree)")
         j = int(np.argmax(np.where(allowed, np.abs(np.nan_to_num(tau)), -1.0)))
         slope = float(Z[:, j] @ yc) / max(float(Z[:, j] @ Z[:, j]), 1e-12)
         if bad[j]:
@@ -350,7 +351,7 @@ class SingleMetricSelector(LinearSelector):
         tau = train_taus(X, y, np.flatnonzero(usable))
         ok = np.isfinite(tau) & ~(self.drop_negative_generated & generated & (np.nan_to_num(tau) < 0))
         if not ok.any():
-            raise ValueError("no metric has a defined Kendall tau with the training labels")
+            raise UserError("no metric has a defined Kendall tau with the training labels")
         j = int(np.argmax(np.where(ok, np.abs(np.nan_to_num(tau)), -1.0)))
         w = 1.0 if tau[j] >= 0 else -1.0
         self._store(X.shape[1], impute, mean, scale, usable, np.where(ok, tau, np.nan), [j], [w * y.std()], y.mean())
@@ -376,7 +377,7 @@ def make_selector(name: str, *, top_n: int = 5, drop_negative_generated: bool = 
         return ElasticNetMetricSelector(top_n=top_n, drop_negative_generated=drop_negative_generated)
     if name == "single":
         return SingleMetricSelector(drop_negative_generated=drop_negative_generated)
-    raise ValueError(f"unknown regression {name!r}; choose from {', '.join(SELECTORS)}")
+    raise UserError(f"unknown regression {name!r}; choose from {', '.join(SELECTORS)}")
 
 
 @dataclass
@@ -418,14 +419,14 @@ def choose_regression(X, y, groups, generated=None, candidates=("nnls", "pls"), 
     y = np.asarray(y, dtype=float)
     groups = np.asarray(groups).astype(str)
     if not candidates:
-        raise ValueError("choose_regression needs at least one candidate")
+        raise UserError("choose_regression needs at least one candidate")
     unknown = [c for c in candidates if c not in SELECTORS]
     if unknown:
-        raise ValueError(f"unknown regression {unknown[0]!r}; choose from {', '.join(SELECTORS)}")
+        raise UserError(f"unknown regression {unknown[0]!r}; choose from {', '.join(SELECTORS)}")
     n_labels = len(y) if n_labels is None else int(n_labels)
     k = min(n_splits, len(np.unique(groups)))
     if k < 2:
-        raise ValueError("choose_regression needs at least two distinct groups in the training rows")
+        raise UserError("choose_regression needs at least two distinct groups in the training rows")
     folds = list(GroupKFold(n_splits=k).split(X, y, groups))
     scores: dict[str, list[float]] = {}
     for name in candidates:

@@ -41,6 +41,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
+from autometrics.errors import UserError
 from autometrics.evaluators.stats import bootstrap_taus, kendall_tau
 
 __all__ = ["CrossFit", "Validity", "fold_plan", "crossfit", "crossfit_validity", "holdout_validity",
@@ -72,13 +73,13 @@ class CrossFit:
 
     def __post_init__(self):
         if self.folds < 2:
-            raise ValueError(f"folds must be at least 2, got {self.folds}")
+            raise UserError(f"folds must be at least 2, got {self.folds}")
         if self.repeats < 1:
-            raise ValueError(f"repeats must be at least 1, got {self.repeats}")
+            raise UserError(f"repeats must be at least 1, got {self.repeats}")
         if self.permutations < 0:
-            raise ValueError(f"permutations must be >= 0, got {self.permutations}")
+            raise UserError(f"permutations must be >= 0, got {self.permutations}")
         if not 0 < self.alpha < 1:
-            raise ValueError(f"alpha must be between 0 and 1, got {self.alpha}")
+            raise UserError(f"alpha must be between 0 and 1, got {self.alpha}")
 
 
 @dataclass

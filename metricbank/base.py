@@ -18,11 +18,12 @@ from collections.abc import Sequence
 from typing import ClassVar
 
 import numpy as np
+from autometrics.errors import Unavailable, UserError
 
 __all__ = ["Metric", "MetricUnavailable", "as_references"]
 
 
-class MetricUnavailable(RuntimeError):
+class MetricUnavailable(Unavailable):
     """Raised at construction or first use when a metric cannot run in this environment
     (missing optional package, missing model weights, ...).  The message says how to fix it."""
 
@@ -36,7 +37,7 @@ def as_references(references, n: int) -> list[list[str]]:
     if references is None:
         return [[] for _ in range(n)]
     if len(references) != n:
-        raise ValueError(f"got {len(references)} reference entries for {n} outputs; pass one entry per output")
+        raise UserError(f"got {len(references)} reference entries for {n} outputs; pass one entry per output")
     out: list[list[str]] = []
     for refs in references:
         if refs is None or (isinstance(refs, float) and math.isnan(refs)):
@@ -133,15 +134,15 @@ class Metric:
         n = len(outputs)
         if inputs is None:
             if self.needs_input:
-                raise ValueError(f"metric {self.name} needs the inputs (the prompts/sources); pass inputs=")
+                raise UserError(f"metric {self.name} needs the inputs (the prompts/sources); pass inputs=")
             inputs_l = [""] * n
         else:
             if len(inputs) != n:
-                raise ValueError(f"got {len(inputs)} inputs for {n} outputs; pass one input per output")
+                raise UserError(f"got {len(inputs)} inputs for {n} outputs; pass one input per output")
             inputs_l = ["" if i is None or (isinstance(i, float) and math.isnan(i)) else str(i) for i in inputs]
         refs = as_references(references, n)
         if self.needs_reference and references is None:
-            raise ValueError(f"metric {self.name} needs references; pass references= (one list per output)")
+            raise UserError(f"metric {self.name} needs references; pass references= (one list per output)")
 
         rows = list(range(n))
         if self.needs_reference:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import re
 
 import numpy as np
+from autometrics.errors import UserError
 
 from .base import Metric, MetricUnavailable
 from .registry import register
@@ -196,11 +197,11 @@ class CharCut(Metric):
         if max_refs == "all":
             max_refs = None
         if match_size < 1:
-            raise ValueError("match_size must be >= 1")
+            raise UserError("match_size must be >= 1")
         if max_refs is not None and max_refs < 1:
-            raise ValueError("max_refs must be >= 1 or 'all'")
+            raise UserError("max_refs must be >= 1 or 'all'")
         if max_chars < 1:
-            raise ValueError("max_chars must be >= 1")
+            raise UserError("max_chars must be >= 1")
         super().__init__(
             match_size=match_size,
             alt_norm=alt_norm,

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import ClassVar
 
 import numpy as np
+from autometrics.errors import UserError
 
 from . import _text
 from .base import Metric
@@ -59,7 +60,7 @@ class CIDEr(Metric):
 
     def __init__(self, *, n: int = DEFAULT_N, sigma: float = DEFAULT_SIGMA):
         if n < 1 or sigma <= 0:
-            raise ValueError(f"CIDEr needs n >= 1 and sigma > 0, got n={n}, sigma={sigma}")
+            raise UserError(f"CIDEr needs n >= 1 and sigma > 0, got n={n}, sigma={sigma}")
         super().__init__(n=n, sigma=float(sigma))
 
     def _compute(self, outputs, inputs, references) -> np.ndarray:

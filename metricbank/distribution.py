@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import ClassVar
 
 import numpy as np
+from autometrics.errors import UserError
 
 from ._models import ModelMetric, Resources, batched, inference_mode, load_hf, load_tokenizer, measured
 from .registry import register
@@ -161,7 +162,7 @@ def information_measure(p: np.ndarray, q: np.ndarray, measure: str) -> float:
         return float(np.sqrt(((p - q) ** 2).sum()))
     if measure == "linf":
         return float(np.abs(p - q).max())
-    raise ValueError(f"unknown information measure {measure!r}; use fisher_rao, kl, l1, l2 or linf")
+    raise UserError(f"unknown information measure {measure!r}; use fisher_rao, kl, l1, l2 or linf")
 
 
 @register
@@ -190,7 +191,7 @@ class InfoLM(ModelMetric):
 
     def __init__(self, *, model: str | None = None, measure: str = "fisher_rao", temperature: float = 0.25, **kw):
         if measure not in self.MEASURES:
-            raise ValueError(f"measure must be one of {self.MEASURES}")
+            raise UserError(f"measure must be one of {self.MEASURES}")
         super().__init__(model=model, measure=measure, temperature=float(temperature), **kw)
 
     def _load(self, path: Path, device: str):

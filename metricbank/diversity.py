@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from typing import ClassVar
 
 import numpy as np
+from autometrics.errors import UserError
 
 from . import _text
 from .base import Metric
@@ -119,13 +120,13 @@ class SelfBLEU(Metric):
         seed: int = DEFAULT_SEED,
     ):
         if gram < 1:
-            raise ValueError(f"SelfBLEU gram must be >= 1, got {gram}")
+            raise UserError(f"SelfBLEU gram must be >= 1, got {gram}")
         if scope not in self.SCOPES:
-            raise ValueError(f"SelfBLEU scope must be one of {self.SCOPES}, got {scope!r}")
+            raise UserError(f"SelfBLEU scope must be one of {self.SCOPES}, got {scope!r}")
         params: dict = {"gram": gram, "scope": scope}
         if scope == "across":  # only then do these change the number
             if max_others < 1:
-                raise ValueError(f"SelfBLEU max_others must be >= 1, got {max_others}")
+                raise UserError(f"SelfBLEU max_others must be >= 1, got {max_others}")
             params.update(max_others=max_others, seed=seed)
         super().__init__(**params)
         self.batch_dependent = scope == "across"

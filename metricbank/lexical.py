@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import ClassVar
 
 import numpy as np
+from autometrics.errors import UserError
 
 from . import _text
 from .base import Metric, MetricUnavailable
@@ -184,7 +185,7 @@ class JaroWinkler(_PairwiseMetric):
 
     def __init__(self, *, prefix_weight: float = DEFAULT_PREFIX_WEIGHT):
         if not 0.0 <= prefix_weight <= 0.25:
-            raise ValueError("prefix_weight must lie in [0, 0.25] so the score stays within [0, 1]")
+            raise UserError("prefix_weight must lie in [0, 0.25] so the score stays within [0, 1]")
         super().__init__(prefix_weight=float(prefix_weight))
         self._jw = _rapidfuzz_distance().JaroWinkler
 

@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import ClassVar
 
 import numpy as np
+from autometrics.errors import UserError
 
 from . import _text
 from .base import Metric, MetricUnavailable
@@ -256,7 +257,7 @@ class METEOR(Metric):
             if synonyms == "none":
                 _warn_no_wordnet_once()
         if synonyms not in self.SYNONYM_CHOICES:
-            raise ValueError(f"synonyms must be one of {self.SYNONYM_CHOICES}, got {synonyms!r}")
+            raise UserError(f"synonyms must be one of {self.SYNONYM_CHOICES}, got {synonyms!r}")
         super().__init__(synonyms=synonyms, alpha=float(alpha), beta=float(beta), gamma=float(gamma))
 
     def check_available(self) -> None:

@@ -22,6 +22,7 @@ from collections.abc import Callable, Sequence
 from typing import ClassVar
 
 import numpy as np
+from autometrics.errors import UserError
 
 from . import _text
 from .base import Metric, MetricUnavailable
@@ -213,7 +214,7 @@ class iBLEU(_SacreBleuParams):  # noqa: N801 - the metric's published name
         smooth_method: str = _SacreBleuParams.DEFAULT_SMOOTH,
     ):
         if not 0.0 <= alpha <= 1.0:
-            raise ValueError(f"iBLEU alpha must be in [0, 1], got {alpha}")
+            raise UserError(f"iBLEU alpha must be in [0, 1], got {alpha}")
         super().__init__(alpha=alpha, tokenize=tokenize, smooth_method=smooth_method)
 
     def _compute(self, outputs, inputs, references) -> np.ndarray:
@@ -284,7 +285,7 @@ class NIST(Metric):
 
     def __init__(self, *, n: int = DEFAULT_N):
         if n < 1:
-            raise ValueError(f"NIST n must be >= 1, got {n}")
+            raise UserError(f"NIST n must be >= 1, got {n}")
         super().__init__(n=n)
 
     def _compute(self, outputs, inputs, references) -> np.ndarray:
@@ -334,7 +335,7 @@ class GLEU(Metric):
 
     def __init__(self, *, min_len: int = DEFAULT_MIN_LEN, max_len: int = DEFAULT_MAX_LEN):
         if not 1 <= min_len <= max_len:
-            raise ValueError(f"GLEU needs 1 <= min_len <= max_len, got {min_len}, {max_len}")
+            raise UserError(f"GLEU needs 1 <= min_len <= max_len, got {min_len}, {max_len}")
         super().__init__(min_len=min_len, max_len=max_len)
 
     def _compute(self, outputs, inputs, references) -> np.ndarray:

@@ -16,6 +16,7 @@ from collections import Counter
 from functools import cache
 
 import numpy as np
+from autometrics.errors import UserError
 
 from ._text import tokenize
 from .base import Metric
@@ -120,9 +121,9 @@ class PseudoPARENT(Metric):
         self, *, lambda_weight: float = LAMBDA_WEIGHT, smoothing: float = SMOOTHING, max_order: int = MAX_ORDER
     ):
         if not 0.0 <= lambda_weight <= 1.0:
-            raise ValueError("lambda_weight must be in [0, 1]")
+            raise UserError("lambda_weight must be in [0, 1]")
         if max_order < 1:
-            raise ValueError("max_order must be >= 1")
+            raise UserError("max_order must be >= 1")
         super().__init__(lambda_weight=lambda_weight, smoothing=smoothing, max_order=max_order)
         self.lambda_weight = float(lambda_weight)
         self.smoothing = float(smoothing)

@@ -6,6 +6,8 @@ import importlib
 import re
 from pathlib import Path
 
+from autometrics.errors import MissingFile, NotFound
+
 from .base import Metric, MetricUnavailable
 
 __all__ = [
@@ -97,7 +99,7 @@ def metric_class(name: str) -> type[Metric]:
 
     close = difflib.get_close_matches(name, list(_REGISTRY), n=3, cutoff=0.5)
     hint = f" Did you mean {', '.join(close)}?" if close else " Run `autometrics bank list` to see them."
-    raise KeyError(f"no metric named {name!r} in MetricBank.{hint}")
+    raise NotFound(f"no metric named {name!r} in MetricBank.{hint}")
 
 
 def get_metric(name: str, **params) -> Metric:
@@ -143,7 +145,7 @@ def load_card(name: str) -> str:
     cls = metric_class(name)
     path = card_path(cls.name)
     if not path.exists():
-        raise FileNotFoundError(f"no Metric Card for {cls.name} (expected {path})")
+        raise MissingFile(f"no Metric Card for {cls.name} (expected {path})")
     return path.read_text(encoding="utf-8")
 
 

@@ -13,6 +13,7 @@ from collections import Counter
 from functools import cache
 
 import numpy as np
+from autometrics.errors import UserError
 
 from ._text import ngrams, words
 from .base import Metric
@@ -89,7 +90,7 @@ class InputSimilarity(Metric):
 
     def __init__(self, *, method: str = METHOD):
         if method != "token_f1":
-            raise ValueError("InputSimilarity supports method='token_f1' (clipped unigram F1 over words)")
+            raise UserError("InputSimilarity supports method='token_f1' (clipped unigram F1 over words)")
         super().__init__(method=method)
 
     def _compute(self, outputs, inputs, references):
@@ -117,7 +118,7 @@ class NovelNGramRatio(Metric):
 
     def __init__(self, *, n: int = N):
         if n < 1:
-            raise ValueError("n must be >= 1")
+            raise UserError("n must be >= 1")
         super().__init__(n=n)
         self.n = n
 

@@ -15,6 +15,7 @@ from collections import Counter
 from functools import cache, lru_cache
 
 import numpy as np
+from autometrics.errors import UserError
 
 from ._text import split_sentences, words
 from .base import Metric, MetricUnavailable
@@ -139,7 +140,7 @@ class SARI(Metric):
 
     def __init__(self, *, max_order: int = MAX_ORDER, lowercase: bool = LOWERCASE, tokenize: str = TOKENIZE):
         if tokenize not in ("13a", "none"):
-            raise ValueError("tokenize must be '13a' (sacrebleu's mteval-13a tokenizer) or 'none' (whitespace)")
+            raise UserError("tokenize must be '13a' (sacrebleu's mteval-13a tokenizer) or 'none' (whitespace)")
         super().__init__(max_order=max_order, lowercase=lowercase, tokenize=tokenize)
         self.max_order = max_order
         self.lowercase = lowercase

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import ClassVar
 
 import numpy as np
+from autometrics.errors import UserError
 
 from . import _text
 from ._models import (
@@ -84,7 +85,7 @@ class SummaQA(ModelMetric):
 
     def __init__(self, *, model: str | None = None, ner: str = "spacy", spacy_model: str = "en_core_web_sm", **kw):
         if ner not in ("spacy", "capitalized"):
-            raise ValueError("ner must be 'spacy' (the paper's NER) or 'capitalized' (offline heuristic)")
+            raise UserError("ner must be 'spacy' (the paper's NER) or 'capitalized' (offline heuristic)")
         super().__init__(model=model, ner=ner, **kw)
         self.spacy_model = spacy_model
 

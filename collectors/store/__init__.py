@@ -30,6 +30,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 import sqlalchemy as sa
+from autometrics.errors import Unavailable, UserError
 
 log = logging.getLogger("autometrics.collectors.store")
 
@@ -40,7 +41,7 @@ from autometrics.collectors.feedback import FEEDBACK_KINDS  # noqa: E402  (re-ex
 from autometrics.collectors.files import data_dir  # noqa: E402
 
 
-class StoreError(RuntimeError):
+class StoreError(Unavailable):
     """The store cannot be used as asked (e.g. written by a newer autometrics)."""
 
 
@@ -247,7 +248,7 @@ class TraceStore(EvaluationStore):
         from autometrics.collectors.store import feedback_rules
 
         if not isinstance(name, str) or not name.strip() or len(name) > 200:
-            raise ValueError(f"feedback name must be a non-empty string of at most 200 characters, not {name!r}")
+            raise UserError(f"feedback name must be a non-empty string of at most 200 characters, not {name!r}")
         schema = make_schema(kind, scale)
         with self.engine.begin() as conn:
             return feedback_rules.declare(conn, self.dialect, self._insert, project, name.strip(), schema, replace)
@@ -326,7 +327,7 @@ class TraceStore(EvaluationStore):
         rules = {n: (aggregate.get(n, "latest") if isinstance(aggregate, dict) else aggregate) for n in names}
         for how in rules.values():
             if how not in ("latest", "first", "mean", "sum", "max", "min", "count"):
-                raise ValueError(f"aggregate must be latest, first, mean, sum, max, min or count, not {how!r}")
+                raise UserError(f"aggregate must be latest, first, mean, sum, max, min or count, not {how!r}")
         cols = [spans.c.trace_id, spans.c.span_id, spans.c.parent_span_id, spans.c.name, spans.c.project, spans.c.start_time_ns,
                 spans.c.end_time_ns, spans.c.status, spans.c.error_type, spans.c.model, spans.c.input_tokens, spans.c.output_tokens,
                 spans.c.input, spans.c.output]

@@ -30,6 +30,7 @@ from autometrics.collectors.store.schema import (
     trace_scores,
     traces,
 )
+from autometrics.errors import NotFound
 
 __all__ = ["EvaluationStore", "VERSION_STATUSES"]
 
@@ -71,7 +72,7 @@ class EvaluationStore:
         with self.engine.connect() as conn:
             row = conn.execute(q).mappings().first()
         if row is None:
-            raise KeyError(f"no evaluator version {number} for target {target!r} in project {project!r}")
+            raise NotFound(f"no evaluator version {number} for target {target!r} in project {project!r}")
         return _parse_version(row, with_artifact=True)
 
     def version_report(self, evaluator_id: str) -> str | None:

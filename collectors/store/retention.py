@@ -33,6 +33,7 @@ import time
 
 import sqlalchemy as sa
 from autometrics.collectors.store.schema import feedback, score_claims, spans, trace_scores, traces
+from autometrics.errors import UserError
 
 __all__ = ["PruneResult", "parse_duration", "prune", "per_trace_tables", "DEFAULT_BATCH", "sqlite_vacuum_hint", "vacuum"]
 
@@ -53,10 +54,10 @@ def parse_duration(text, *, field: str = "--older-than") -> float:
     else:
         m = _DURATION.match(str(text).strip().lower())
         if not m:
-            raise ValueError(f"{field} {text!r} is not a duration: write {_HELP}.")
+            raise UserError(f"{field} {text!r} is not a duration: write {_HELP}.")
         seconds = float(m.group(1)) * _SECONDS[m.group(2)]
     if not (seconds > 0 and math.isfinite(seconds)):
-        raise ValueError(f"{field} {text!r} must be longer than zero and finite: write {_HELP}.")
+        raise UserError(f"{field} {text!r} must be longer than zero and finite: write {_HELP}.")
     return seconds
 
 
@@ -113,7 +114,7 @@ def prune(store, older_than, *, project: str | None = None, dry_run: bool = Fals
     Each batch of ``batch_size`` traces is one transaction (see the module docstring)."""
     seconds = parse_duration(older_than)
     if not isinstance(batch_size, int) or isinstance(batch_size, bool) or not 1 <= batch_size <= 10_000:
-        raise ValueError(f"batch_size must be a whole number from 1 to 10000, not {batch_size!r}")
+        raise UserError(f"batch_size must be a whole number from 1 to 10000, not {batch_size!r}")
     now_ns = time.time_ns() if now_ns is None else int(now_ns)
     res = PruneResult(cutoff_ns=now_ns - int(seconds * 1e9), dry_run=dry_run, project=project)
     started = time.perf_counter()

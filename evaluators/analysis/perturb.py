@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from autometrics.collectors.files import data_path
+from autometrics.errors import UserError
 from autometrics.evaluators.llm.cache import KeyValueCache, digest
 
 __all__ = ["PERTURBATIONS", "Perturbation", "PerturbationCache", "Perturber", "Perturbed", "default_cache_path", "split_sentences"]
@@ -297,7 +298,7 @@ class Perturber:
     def unavailable_reason(self, kind: str) -> str | None:
         """Why ``kind`` cannot run here, or None."""
         if kind not in PERTURBATIONS:
-            raise ValueError(f"unknown perturbation {kind!r}; known: {', '.join(PERTURBATIONS)}")
+            raise UserError(f"unknown perturbation {kind!r}; known: {', '.join(PERTURBATIONS)}")
         if PERTURBATIONS[kind].method == "llm" and self.client is None:
             return "needs an LLM (pass llm=... / --llm)"
         if kind == "synonyms" and self.wordnet() is None:

@@ -25,13 +25,14 @@ import logging
 import math
 
 import numpy as np
+from autometrics.errors import UserError
 
 __all__ = ["EvaluatorReward", "RewardInputError", "RewardWatch"]
 
 log = logging.getLogger("autometrics")
 
 
-class RewardInputError(ValueError):
+class RewardInputError(UserError):
     """The example or prediction lacks a field the evaluator needs; the message names it."""
 
 

@@ -53,6 +53,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 from autometrics.collectors.files import json_safe
+from autometrics.errors import UserError
 from autometrics.evaluators.analysis.perturb import (  # noqa: F401  (re-exported)
     PERTURBATIONS,
     Perturbation,
@@ -198,7 +199,7 @@ def as_scorer(obj, *, feature: str | None = None, sign: float | None = None) -> 
         names = metric.feature_names()
         name = feature or names[0]
         if name not in names:
-            raise ValueError(f"{metric.name} has no feature {name!r}; it has {names}")
+            raise UserError(f"{metric.name} has no feature {name!r}; it has {names}")
         if sign is None:
             sign = 1.0 if metric.feature_higher_is_better()[names.index(name)] else -1.0
 
@@ -306,7 +307,7 @@ def run_robustness(
     if len(pos) > n:
         pos = np.sort(np.random.default_rng(seed).choice(pos, size=n, replace=False))
     if not len(pos):
-        raise ValueError("no rows to perturb (empty sample)")
+        raise UserError("no rows to perturb (empty sample)")
     rows = ds.subset(pos)
     outputs = rows.outputs
     inputs = rows.inputs if rows.has_input else None

@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 from autometrics.collectors.files import json_safe
+from autometrics.errors import UserError
 from autometrics.evaluators.data import Dataset, load_dataset
 from autometrics.evaluators.fit import fit_evaluator
 from autometrics.evaluators.stats import bootstrap_taus as _bootstrap
@@ -166,13 +167,13 @@ def run_scaling(
         arms = [ARM_BANK] + ([ARM_GENERATED, ARM_BOTH] if llm_options is not None else [])
     arms = list(arms)
     if any(a in (ARM_GENERATED, ARM_BOTH) for a in arms) and llm_options is None:
-        raise ValueError("the generated-judge arms need llm_options (an LLMOptions)")
+        raise UserError("the generated-judge arms need llm_options (an LLMOptions)")
 
     if ARM_BANK in arms and features is None:
         echo(f"scaling: scoring MetricBank on {len(lab)} labelled rows ...")
         features = _bank_features(lab, metrics, progress)
     if features is not None and len(features[0]) != len(lab):
-        raise ValueError(f"features have {len(features[0])} rows, the labelled data has {len(lab)}")
+        raise UserError(f"features have {len(features[0])} rows, the labelled data has {len(lab)}")
 
     orders = [_order(train_pool, y, np.random.default_rng([seed, s])) for s in range(seeds)]
     y_test = y[test_rows]

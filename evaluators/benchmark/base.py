@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
+from autometrics.errors import UserError
 from autometrics.evaluators.data import Dataset
 
 log = logging.getLogger("autometrics")
@@ -83,9 +84,9 @@ class Baseline:
     def _check_fit_args(self, train: Dataset, y) -> np.ndarray:
         y = np.asarray(y, dtype=float)
         if y.shape != (len(train),):
-            raise ValueError(f"{self.key}: got {len(y)} labels for {len(train)} training rows")
+            raise UserError(f"{self.key}: got {len(y)} labels for {len(train)} training rows")
         if np.isnan(y).any():
-            raise ValueError(f"{self.key}: the training labels contain NaN; drop unlabelled rows first")
+            raise UserError(f"{self.key}: the training labels contain NaN; drop unlabelled rows first")
         return y
 
 
@@ -100,7 +101,7 @@ def bank_metrics(bank: str = "cpu", *, with_reference: bool = True, with_input: 
     from autometrics.metricbank._models import ModelMetric
 
     if bank not in ("cpu", "all"):
-        raise ValueError(f"bank must be 'cpu' or 'all', got {bank!r}")
+        raise UserError(f"bank must be 'cpu' or 'all', got {bank!r}")
     metrics = default_metrics(with_reference=with_reference, with_input=with_input, unavailable=unavailable)
     if bank == "cpu":
         metrics = [m for m in metrics if not isinstance(m, ModelMetric)]
@@ -163,7 +164,7 @@ class MetricFeatures:
         self.seconds += time.perf_counter() - started
         if self.names is None:
             if X.shape[1] == 0:
-                raise ValueError("no MetricBank metric could score these rows: " + "; ".join(notes))
+                raise UserError("no MetricBank metric could score these rows: " + "; ".join(notes))
             self.names = list(X.columns)
             self.meta = meta
             self.notes = notes

@@ -47,6 +47,7 @@ import math
 from collections import Counter
 
 import numpy as np
+from autometrics.errors import UserError
 from autometrics.evaluators.benchmark.base import (  # noqa: F401  (re-exported)
     GENERIC_RUBRIC,
     USAGE_KEYS,
@@ -104,7 +105,7 @@ class BestMetricBaseline(Baseline):
             if math.isfinite(tau) and abs(tau) > best_abs:
                 best, best_abs = (j, name, tau), abs(tau)
         if best is None:
-            raise ValueError("no metric has a defined Kendall tau with the training labels (all constant or missing)")
+            raise UserError("no metric has a defined Kendall tau with the training labels (all constant or missing)")
         j, name, tau = best
         self.column_, self.feature_, self.tau_train_ = j, name, float(tau)
         self.sign_ = 1.0 if tau >= 0 else -1.0
@@ -135,7 +136,7 @@ class MetaMetricsBaseline(Baseline):
     def __init__(self, features: MetricFeatures | None = None, *, bank: str = "cpu", backend: str = "auto", seed: int = 0,
                  n_estimators: int = 200, max_depth: int = 3, learning_rate: float = 0.05):
         if backend not in ("auto", "xgboost", "sklearn"):
-            raise ValueError(f"backend must be auto, xgboost or sklearn, got {backend!r}")
+            raise UserError(f"backend must be auto, xgboost or sklearn, got {backend!r}")
         if backend == "xgboost" and xgboost_version() is None:
             raise ImportError("MetaMetrics backend 'xgboost' needs the xgboost package: pip install xgboost-cpu "
                               "(CPU-only wheel) or pip install xgboost; or use backend='sklearn'")

@@ -9,6 +9,7 @@ import json
 import logging
 
 import numpy as np
+from autometrics.errors import UserError
 from autometrics.evaluators.benchmark.base import Baseline
 from autometrics.evaluators.blackbox import single_threaded
 from autometrics.evaluators.data import Dataset
@@ -41,7 +42,7 @@ class FinetunedBaseline(Baseline):
     def __init__(self, *, model: str | None = None, head: str = "ridge", seed: int = 0, batch_size: int = 32,
                  device: str | None = None):
         if head not in ("ridge", "mlp"):
-            raise ValueError(f"head must be 'ridge' or 'mlp', got {head!r}")
+            raise UserError(f"head must be 'ridge' or 'mlp', got {head!r}")
         self.model_name = model or MINILM
         self.head = head
         self.seed = seed

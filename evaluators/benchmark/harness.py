@@ -28,6 +28,7 @@ from pathlib import Path
 
 import numpy as np
 from autometrics.collectors.files import json_safe, package_version
+from autometrics.errors import DataError, NotFound, UserError
 from autometrics.evaluators.benchmark.baselines import (
     USAGE_KEYS,
     AutoMetricsBaseline,
@@ -40,7 +41,7 @@ from autometrics.evaluators.benchmark.baselines import (
     SplitContext,
     most_common,
 )
-from autometrics.evaluators.data import DataError, load_dataset
+from autometrics.evaluators.data import load_dataset
 from autometrics.evaluators.stats import kendall_tau
 from autometrics.metricbank import MetricUnavailable
 
@@ -114,7 +115,7 @@ class BenchmarkResult:
         for m in self.methods:
             if m["method"] == key:
                 return m
-        raise KeyError(f"method {key!r} is not in this benchmark; methods: {[m['method'] for m in self.methods]}")
+        raise NotFound(f"method {key!r} is not in this benchmark; methods: {[m['method'] for m in self.methods]}")
 
     def to_dict(self) -> dict:
         return json_safe({"format": "autometrics.benchmark", "format_version": 1, "package_version": package_version(),
@@ -232,7 +233,7 @@ def _build(key: str, *, features, llm, judge_llm, task, criterion, opts) -> obje
     if key == "dna_eval":
         return DnAEvalBaseline(judge, task=task, criterion=criterion, n_aspects=opts.get("dna_aspects", 4),
                                judge_mode=opts.get("judge_mode", "auto"), **llm_kw)
-    raise ValueError(f"unknown method {key!r}; methods: {', '.join(METHODS)}")
+    raise UserError(f"unknown method {key!r}; methods: {', '.join(METHODS)}")
 
 
 def _usage_delta(before: dict, after: dict) -> dict:
@@ -284,11 +285,11 @@ def run_benchmark(
     started_all = time.perf_counter()
     seed_list = list(range(seeds)) if isinstance(seeds, int) else [int(s) for s in seeds]
     if not seed_list:
-        raise ValueError("seeds must be a positive count or a non-empty list")
+        raise UserError("seeds must be a positive count or a non-empty list")
     chosen = list(methods) if methods else list(METHODS)
     unknown = [m for m in chosen if m not in METHODS]
     if unknown:
-        raise ValueError(f"unknown method(s) {', '.join(unknown)}; methods: {', '.join(METHODS)}")
+        raise UserError(f"unknown method(s) {', '.join(unknown)}; methods: {', '.join(METHODS)}")
     chosen = [m for m in METHODS if m in chosen]
 
     ds = load_dataset(data, target, input_col=input_col, output_col=output_col, reference_cols=reference_cols,

@@ -49,6 +49,8 @@ import math
 import time
 from dataclasses import asdict, dataclass
 
+from autometrics.errors import UserError
+
 __all__ = ["DriftThresholds", "psi", "psi_bins", "score_drift", "drift_windows", "validity_decay", "fit_agreement",
            "score_drift_message", "validity_message"]
 
@@ -87,13 +89,13 @@ class DriftThresholds:
         for name in ("ks_alpha", "validity_p", "validity_alpha"):
             v = getattr(self, name)
             if not (isinstance(v, int | float) and 0 < v < 1):
-                raise ValueError(f"drift threshold {name} must be a probability in (0, 1), got {v!r}")
+                raise UserError(f"drift threshold {name} must be a probability in (0, 1), got {v!r}")
         if not (isinstance(self.psi_alert, int | float) and math.isfinite(self.psi_alert) and self.psi_alert >= 0):
-            raise ValueError(f"drift threshold psi_alert must be a finite number >= 0, got {self.psi_alert!r}")
+            raise UserError(f"drift threshold psi_alert must be a finite number >= 0, got {self.psi_alert!r}")
         for name, low in (("min_scores", 2), ("validity_min_n", 3), ("persistence", 1)):
             v = getattr(self, name)
             if not (isinstance(v, int) and not isinstance(v, bool) and v >= low):
-                raise ValueError(f"drift threshold {name} must be an integer >= {low}, got {v!r}")
+                raise UserError(f"drift threshold {name} must be an integer >= {low}, got {v!r}")
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -52,6 +52,8 @@ import uuid
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
+from autometrics.errors import UserError
+
 __all__ = ["ScoringOptions", "ScoringResult", "score_new", "sampled_for_judges"]
 
 log = logging.getLogger("autometrics.continuous.scoring")
@@ -77,13 +79,13 @@ class ScoringOptions:
 
     def __post_init__(self):
         if not (self.lease_seconds > 0 and math.isfinite(self.lease_seconds)):
-            raise ValueError(f"lease_seconds must be a positive number of seconds, not {self.lease_seconds!r}")
+            raise UserError(f"lease_seconds must be a positive number of seconds, not {self.lease_seconds!r}")
         if not (0 < self.judge_sample_rate <= 1):
-            raise ValueError(f"judge_sample_rate must be in (0, 1], not {self.judge_sample_rate!r}")
+            raise UserError(f"judge_sample_rate must be in (0, 1], not {self.judge_sample_rate!r}")
         for name in ("max_claims", "judge_calls_per_hour", "judge_tokens_per_hour", "judge_concurrency"):
             v = getattr(self, name)
             if v is not None and (not isinstance(v, int) or v < 1):
-                raise ValueError(f"{name} must be a whole number of at least 1 (or None), not {v!r}")
+                raise UserError(f"{name} must be a whole number of at least 1 (or None), not {v!r}")
 
 
 @dataclass

@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+from autometrics.errors import UserError
 from autometrics.evaluators.stats import kendall_tau
 
 __all__ = ["added_tau", "base_predictions", "stacked_predictions", "forward_keep", "screened_fold_fit"]
@@ -208,7 +209,7 @@ def screened_fold_fit(base_cols: list[int], cand_cols: list[int], positive: list
         keep = [cand_cols[i] for i in idx]
         cols = list(base_cols) + keep
         if not cols:
-            raise ValueError("no metric and no candidate that adds on this fold's training rows")
+            raise UserError("no metric and no candidate that adds on this fold's training rows")
         gen = None if generated is None else [generated[c] for c in cols]
         sel = make_selector(name, top_n=top_n)
         kw = {"required": list(range(len(base_cols), len(cols)))} if isinstance(sel, NNLSMetricSelector) else {}

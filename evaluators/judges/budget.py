@@ -27,6 +27,7 @@ import re
 import time
 from dataclasses import dataclass, field
 
+from autometrics.errors import UserError
 from autometrics.evaluators.judges.options import GeneratorCounts, ScreeningOptions
 
 __all__ = ["Speed", "Budget", "Plan", "measure_speed", "plan_fit", "stage_estimates", "parse_duration", "format_seconds"]
@@ -40,11 +41,11 @@ def parse_duration(text: str) -> float:
     """``20m``, ``90s``, ``1h30m``, ``1.5h`` -> seconds (a unit is required: ``20`` is refused)."""
     m = _DURATION.match(str(text))
     if not m or not any(m.groups()):
-        raise ValueError(f"{text!r} is not a duration; write it with a unit: 20m, 90s, 1h30m")
+        raise UserError(f"{text!r} is not a duration; write it with a unit: 20m, 90s, 1h30m")
     h, mi, s = (float(g) if g else 0.0 for g in m.groups())
     seconds = 3600 * h + 60 * mi + s
     if seconds <= 0:
-        raise ValueError(f"a budget must be longer than 0 s, got {text!r}")
+        raise UserError(f"a budget must be longer than 0 s, got {text!r}")
     return seconds
 
 

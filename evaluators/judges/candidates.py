@@ -23,6 +23,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
+from autometrics.errors import UserError
 
 __all__ = ["Candidate", "FunctionCandidate", "JudgeCandidate", "CandidateContext"]
 
@@ -71,10 +72,10 @@ class Candidate:
         is ``positive``."""
         m = self.metric
         if m is None:
-            raise ValueError(f"candidate {self.name!r} has no metric to store in the evaluator; pass metric=")
+            raise UserError(f"candidate {self.name!r} has no metric to store in the evaluator; pass metric=")
         names = m.feature_names() if hasattr(m, "feature_names") else [getattr(m, "name", None)]
         if names != [self.name]:
-            raise ValueError(f"candidate {self.name!r}: its metric scores the feature(s) {names}, not {self.name!r}; a loaded "
+            raise UserError(f"candidate {self.name!r}: its metric scores the feature(s) {names}, not {self.name!r}; a loaded "
                              "evaluator could not find the column. Name the candidate after its metric's feature")
         return {"feature": self.name, "signature": m.signature(), "metric": m.to_spec(), "submetric": None,
                 "higher_is_better": bool(getattr(m, "higher_is_better", True)), "generated": self.positive,

@@ -27,6 +27,7 @@ import re
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
+from autometrics.errors import UserError
 from autometrics.evaluators.judges.sandbox import (
     ALLOWED_MODULES,
     FUNCTION_NAME,
@@ -252,7 +253,7 @@ def generate_code_metrics(client: LLMClient, task: str | None, target: str, inpu
     outputs = ["" if o is None else str(o) for o in outputs]
     refs = [_first_reference(r) for r in (references if references is not None else [None] * len(outputs))]
     if not (len(inputs) == len(outputs) == len(refs) == len(y)):
-        raise ValueError(f"generate_code_metrics: {len(inputs)} inputs, {len(outputs)} outputs, {len(refs)} references "
+        raise UserError(f"generate_code_metrics: {len(inputs)} inputs, {len(outputs)} outputs, {len(refs)} references "
                          f"and {len(y)} labels; pass one of each per training row")
     has_ref = any(r for r in refs)
     top, bottom = _rows_by_rating(y)
@@ -347,11 +348,11 @@ class CodeMetric(Metric):
 
     def __init__(self, **params):
         if "spec" not in params:
-            raise ValueError("CodeMetric needs spec= (a CodeMetricSpec dict with the source)")
+            raise UserError("CodeMetric needs spec= (a CodeMetricSpec dict with the source)")
         super().__init__(**params)
         self.spec = CodeMetricSpec.from_dict(params["spec"])
         if not self.spec.ok:
-            raise ValueError(f"code metric {self.spec.name!r} failed when it was generated ({self.spec.error}); it cannot score")
+            raise UserError(f"code metric {self.spec.name!r} failed when it was generated ({self.spec.error}); it cannot score")
         self.limits = SandboxLimits.from_dict(params.get("limits"))
         self.name = params.get("feature") or self.spec.feature_name
         self.last_result: SandboxResult | None = None

@@ -50,6 +50,7 @@ from dataclasses import dataclass, field
 from typing import ClassVar
 
 import numpy as np
+from autometrics.errors import UserError
 from autometrics.metricbank import Metric, MetricUnavailable
 
 __all__ = ["MINILM", "FACTORY", "FEATURE", "DEFAULT_K", "MAX_EXEMPLARS", "knn_predict", "exclusion_mask", "represent",
@@ -142,7 +143,7 @@ def unpack(blob: str, dim: int) -> np.ndarray:
     """The unit vectors of a :func:`pack` blob, ``dim`` values per row."""
     q = np.frombuffer(base64.b64decode(blob.encode("ascii")), dtype=np.int8).astype(np.float32)
     if dim <= 0 or q.size % dim:
-        raise ValueError(f"exemplar vectors: {q.size} values do not make rows of dimension {dim}")
+        raise UserError(f"exemplar vectors: {q.size} values do not make rows of dimension {dim}")
     return _unit(q.reshape(-1, dim))
 
 
@@ -218,7 +219,7 @@ class ExemplarMetric(Metric):
     def __init__(self, *, exemplars: dict, k: int = DEFAULT_K, model: str = MINILM, centred: bool = False,
                  device: str | None = None, **params):
         if not isinstance(exemplars, dict) or "outputs" not in exemplars or "labels" not in exemplars:
-            raise ValueError("ExemplarMetric needs exemplars= as fit_exemplar writes it (outputs, labels, dim)")
+            raise UserError("ExemplarMetric needs exemplars= as fit_exemplar writes it (outputs, labels, dim)")
         super().__init__(exemplars=exemplars, k=int(k), model=str(model), centred=bool(centred), **params)
         self.device = device
         self.needs_input = bool(exemplars.get("inputs"))
@@ -226,13 +227,13 @@ class ExemplarMetric(Metric):
         out = unpack(exemplars["outputs"], dim)
         labels = np.asarray(exemplars["labels"], dtype=float)
         if len(labels) != len(out):
-            raise ValueError(f"exemplars: {len(out)} vectors but {len(labels)} labels")
+            raise UserError(f"exemplars: {len(out)} vectors but {len(labels)} labels")
         self._labels = labels
         if self.needs_input:
             ins = unpack(exemplars["inputs"], dim)
             index = np.asarray(exemplars["input_index"], dtype=int)
             if len(index) != len(out) or (len(index) and index.max() >= len(ins)):
-                raise ValueError("exemplars: input_index does not match the stored inputs")
+                raise UserError("exemplars: input_index does not match the stored inputs")
             self._keys = [exemplars["input_keys"][i] for i in index]
             self._vectors = represent(out, ins[index])
         else:
@@ -330,12 +331,12 @@ def fit_exemplar(outputs, inputs, y, train_pos, groups=None, *, k: int = DEFAULT
     n = len(outputs)
     train_pos = np.asarray(train_pos, dtype=int)
     if len(y) != n or (inputs is not None and len(inputs) != n):
-        raise ValueError(f"fit_exemplar: outputs ({n}), inputs and y ({len(y)}) must cover the same rows")
+        raise UserError(f"fit_exemplar: outputs ({n}), inputs and y ({len(y)}) must cover the same rows")
     if k < 1:
-        raise ValueError(f"fit_exemplar: k must be at least 1, got {k}")
+        raise UserError(f"fit_exemplar: k must be at least 1, got {k}")
     chosen = pick_exemplars(train_pos, y, max_exemplars)
     if len(chosen) < 2:
-        raise ValueError(f"fit_exemplar: {len(chosen)} labelled training rows; at least 2 are needed")
+        raise UserError(f"fit_exemplar: {len(chosen)} labelled training rows; at least 2 are needed")
     out_vecs = embed(list(outputs), model, device)
     has_input = inputs is not None
     in_vecs = embed(list(inputs), model, device) if has_input else None

@@ -28,6 +28,7 @@ import threading
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
+from autometrics.errors import UserError
 from autometrics.evaluators.llm.client import LLMClient, LLMConfig, LLMResponse
 from autometrics.metricbank.base import Metric
 
@@ -67,9 +68,9 @@ class JudgeSpec:
 
     def __post_init__(self):
         if self.kind not in KINDS:
-            raise ValueError(f"judge kind must be one of {KINDS}, got {self.kind!r}")
+            raise UserError(f"judge kind must be one of {KINDS}, got {self.kind!r}")
         if not (0 <= self.scale_min < self.scale_max <= 9):
-            raise ValueError("judge scales are single digits: 0 <= scale_min < scale_max <= 9")
+            raise UserError("judge scales are single digits: 0 <= scale_min < scale_max <= 9")
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -294,7 +295,7 @@ class LLMJudgeMetric(Metric):
 
     def __init__(self, **params):
         if "spec" not in params or "llm" not in params:
-            raise ValueError("LLMJudgeMetric needs spec= (a JudgeSpec dict) and llm= (an LLMConfig dict)")
+            raise UserError("LLMJudgeMetric needs spec= (a JudgeSpec dict) and llm= (an LLMConfig dict)")
         super().__init__(**params)
         self.spec = JudgeSpec.from_dict(params["spec"])
         self.llm_config = LLMConfig(**{k: v for k, v in params["llm"].items() if k in LLMConfig.__dataclass_fields__})

@@ -39,7 +39,7 @@ from dataclasses import asdict
 import numpy as np
 import pandas as pd
 from autometrics.collectors.files import json_safe
-from autometrics.evaluators.data import DataError
+from autometrics.errors import DataError
 from autometrics.evaluators.evaluator import Evaluator
 from autometrics.evaluators.induce import fit_on_features
 from autometrics.evaluators.judges import artifact as art

@@ -51,6 +51,8 @@ import math
 import os
 import sys
 
+from autometrics.errors import UserError
+
 __all__ = ["SandboxLimits", "SandboxResult", "run_metric_code", "check_source", "sandbox_unavailable",
            "ALLOWED_MODULES", "FUNCTION_NAME"]
 
@@ -81,7 +83,7 @@ class SandboxLimits:
     def __init__(self, *, cpu_seconds: int = 30, wall_seconds: float = 60.0, memory_mb: int = 512, file_mb: int = 16,
                  batch_rows: int = 250, open_files: int = 64):
         if cpu_seconds < 1 or wall_seconds <= 0 or memory_mb < 64 or file_mb < 1 or batch_rows < 1:
-            raise ValueError("sandbox limits: cpu_seconds >= 1, wall_seconds > 0, memory_mb >= 64, file_mb >= 1, batch_rows >= 1")
+            raise UserError("sandbox limits: cpu_seconds >= 1, wall_seconds > 0, memory_mb >= 64, file_mb >= 1, batch_rows >= 1")
         self.cpu_seconds = int(cpu_seconds)
         self.wall_seconds = float(wall_seconds)
         self.memory_mb = int(memory_mb)
@@ -178,7 +180,7 @@ def run_metric_code(source: str, inputs, outputs, references=None, *, limits: Sa
     refs = [None if r is None or (isinstance(r, float) and math.isnan(r)) else str(r) for r in references] \
         if references is not None else [None] * n
     if len(inputs) != n or len(refs) != n:
-        raise ValueError(f"got {len(inputs)} inputs and {len(refs)} references for {n} outputs; pass one per output")
+        raise UserError(f"got {len(inputs)} inputs and {len(refs)} references for {n} outputs; pass one per output")
     res = SandboxResult(n)
     started = time.perf_counter()
     why = sandbox_unavailable()

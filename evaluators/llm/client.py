@@ -26,6 +26,8 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from autometrics.errors import Unreachable
+
 __all__ = [
     "LLMConfig",
     "LLMResponse",
@@ -61,7 +63,7 @@ class _Unreachable(Exception):
     """Nothing listens at the endpoint (connection refused, unknown host): not worth a retry."""
 
 
-class LLMUnreachable(ConnectionError):
+class LLMUnreachable(Unreachable):
     """The LLM endpoint cannot be reached at all: raised by :meth:`LLMClient.check_reachable`
     (a fit checks before its first call) and by a fit whose endpoint went away mid-run."""
 

@@ -27,12 +27,14 @@ import threading
 import time
 from pathlib import Path
 
+from autometrics.errors import Unavailable, UserError
+
 __all__ = ["MODELS", "install_model", "model_path", "LocalLLMServer", "shared_server", "LocalLLMUnavailable"]
 
 log = logging.getLogger("autometrics.llm")
 
 
-class LocalLLMUnavailable(RuntimeError):
+class LocalLLMUnavailable(Unavailable):
     """The local model or llama-cpp-python is missing; the message says the command to fix it."""
 
 
@@ -63,7 +65,7 @@ def models_dir() -> Path:
 
 def _check_size(size: str) -> dict:
     if size not in MODELS:
-        raise ValueError(f"unknown local model {size!r}; choose one of {', '.join(MODELS)}")
+        raise UserError(f"unknown local model {size!r}; choose one of {', '.join(MODELS)}")
     return MODELS[size]
 
 

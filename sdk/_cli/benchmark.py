@@ -63,8 +63,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def cmd_benchmark(args) -> int:
-    from autometrics._cli.checks import UserError, check_out_folder, local_inputs, metric_names
+    from autometrics._cli.checks import check_out_folder, local_inputs, metric_names
     from autometrics.collectors.files import atomic_write_files
+    from autometrics.errors import UserError
     from autometrics.evaluators.benchmark.harness import METHODS, run_benchmark
 
     methods = [m.strip() for m in (args.methods or _METHODS).split(",") if m.strip()]

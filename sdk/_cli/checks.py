@@ -7,11 +7,11 @@ replaced.
 
 Errors, one rule for every command (:func:`report`):
 
-- a user's mistake (:class:`~autometrics.evaluators.errors.UserError` and its kinds DataError /
-  ArtifactError, a flag argparse refuses, an LLM or trace store that cannot be reached, a metric
-  that cannot run here, a file that cannot be read or written, and the ``ValueError`` /
-  ``KeyError`` with a message that autometrics' own code raises for a bad argument) is one line
-  ``error: ...`` on stderr and exit status 2;
+- a problem the user can fix (:class:`~autometrics.errors.AutometricsError`: a bad flag, value
+  or file, bad data, a metric, local LLM or trace store that cannot run here, an LLM that cannot be
+  reached), a flag argparse refuses, and the outside world's equivalents (an ``OSError`` naming a
+  file or device, a missing optional package, a database SQLAlchemy cannot reach or parse) is one
+  line ``error: ...`` on stderr and exit status 2;
 - anything else is a bug: one line ``error: internal error (TypeError: ...)`` that asks for a
   report and exit status 1;
 - Ctrl-C is ``interrupted`` and exit status 130;
@@ -28,7 +28,7 @@ import tempfile
 import traceback
 from pathlib import Path
 
-from autometrics.evaluators.errors import UserError
+from autometrics.errors import AutometricsError, UserError
 
 __all__ = ["N_BOOT_MAX", "Parser", "count", "fraction", "positive", "at_least", "duration", "port", "seed", "check_out_folder",
            "check_out_file", "check_page_path", "check_targets", "metric_names", "local_inputs", "debug_requested", "report",
@@ -275,37 +275,19 @@ def check_targets(targets: list[str], *, as_folders: bool) -> None:
 
 # ------------------------------------------------------------------------------ errors
 def _is_user_error(exc: BaseException) -> bool:
-    if isinstance(exc, UserError | argparse.ArgumentError):
-        return True
-    known = []
-    for mod, name in (("autometrics.evaluators.llm.client", "LLMUnreachable"),
-                      ("autometrics.evaluators.llm.local", "LocalLLMUnavailable"),
-                      ("autometrics.collectors.store", "StoreError"), ("autometrics.metricbank", "MetricUnavailable")):
-        cls = getattr(sys.modules.get(mod), name, None)  # only modules already imported can have raised it
-        if cls is not None:
-            known.append(cls)
-    if known and isinstance(exc, tuple(known)):
+    if isinstance(exc, AutometricsError | argparse.ArgumentError):
         return True
     if isinstance(exc, OSError) and (exc.errno is not None or exc.filename):
         return True  # a file or device the user can fix (permission, disk full, missing file, port in use)
     if isinstance(exc, ModuleNotFoundError):
         return True  # an optional package this command needs is not installed
-    sa_exc = sys.modules.get("sqlalchemy.exc")
-    if sa_exc is not None and isinstance(exc, sa_exc.OperationalError | sa_exc.ArgumentError | sa_exc.NoSuchModuleError):
-        return True  # a database that cannot be reached, or a store URL that cannot be parsed
-    if isinstance(exc, ValueError | KeyError | FileNotFoundError):
-        tb = exc.__traceback__
-        while tb is not None and tb.tb_next is not None:
-            tb = tb.tb_next
-        ours = tb is not None and str(tb.tb_frame.f_globals.get("__name__", "")).startswith("autometrics")
-        # a deliberate argument error of the package carries a sentence; a bare KeyError('features') is a bug
-        return ours and (not isinstance(exc, KeyError) or " " in _message(exc))
-    return False
+    sa_exc = sys.modules.get("sqlalchemy.exc")  # only loaded when a store was opened
+    return sa_exc is not None and isinstance(exc, sa_exc.OperationalError | sa_exc.ArgumentError | sa_exc.NoSuchModuleError)
 
 
 def _message(exc: BaseException) -> str:
     orig = getattr(exc, "orig", None)  # SQLAlchemy wraps the driver's error: its first line says what failed
-    if isinstance(exc, KeyError) and exc.args:
+    if isinstance(exc, KeyError) and exc.args:  # KeyError's own str() quotes the message
         msg = str(exc.args[0])
     elif orig is not None:
         msg = f"trace store: {type(orig).__name__}: {(str(orig).strip().splitlines() or [''])[0]}"

@@ -26,6 +26,7 @@ import sys
 
 from autometrics._cli.checks import N_BOOT_MAX, at_least, count, fraction, port, positive, seed
 from autometrics.collectors.files import project_name
+from autometrics.errors import UserError
 
 __all__ = ["add_commands", "HANDLERS"]
 
@@ -135,7 +136,7 @@ def _drift_config(args) -> dict:
 
     for name in ("drift_window", "validity_window"):
         if getattr(args, name) < 1:
-            raise ValueError(f"--{name.replace('_', '-')} must be at least 1")
+            raise UserError(f"--{name.replace('_', '-')} must be at least 1")
     th = DriftThresholds(ks_alpha=args.drift_ks_alpha, psi_alert=args.drift_psi, min_scores=args.drift_min_scores,
                          validity_min_n=args.validity_min_n, validity_p=args.validity_p, persistence=args.drift_persistence,
                          validity_alpha=args.validity_alpha)
@@ -228,7 +229,7 @@ def _existing_store(url: str | None) -> str | None:
 def _monitor(args, *, create: bool = False, **over):
     import os
 
-    from autometrics._cli.checks import UserError
+    from autometrics.errors import UserError
     from autometrics.evaluators.continuous.monitor import Monitor, MonitorConfig
 
     if args.store is not None and not args.store.strip():
@@ -424,7 +425,7 @@ def _not_a_real_store(db, demo_project: str) -> None:
     import sqlite3
     from pathlib import Path
 
-    from autometrics._cli.checks import UserError
+    from autometrics.errors import UserError
 
     db = Path(db)
     if not db.exists():

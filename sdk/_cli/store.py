@@ -15,7 +15,8 @@ import argparse
 import json
 import sys
 
-from autometrics._cli.checks import UserError, count
+from autometrics._cli.checks import count
+from autometrics.errors import UserError
 
 __all__ = ["add_parser", "cmd_store"]
 

@@ -20,7 +20,8 @@ import re
 from pathlib import Path
 
 from autometrics.collectors.files import project_name
-from autometrics.evaluators.data import DataError, load_dataset
+from autometrics.errors import DataError
+from autometrics.evaluators.data import load_dataset
 
 __all__ = ["store_url_of", "parse_since", "load_fit_data", "store_training_frame"]
 

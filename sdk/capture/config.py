@@ -17,6 +17,7 @@ import os
 from dataclasses import dataclass, field
 
 from autometrics.collectors.files import project_name
+from autometrics.errors import UserError
 
 # The one logger of the capture package (its name predates the split into modules).
 log = logging.getLogger("autometrics.capture")
@@ -92,7 +93,7 @@ def _resolve_config(
             log.warning("autometrics: AUTOMETRICS_SAMPLE_RATE is not a number; using 1.0")
             sample_rate = 1.0
     if not (0.0 <= float(sample_rate) <= 1.0) or math.isnan(float(sample_rate)):
-        raise ValueError(f"sample_rate must be between 0 and 1, not {sample_rate!r}")
+        raise UserError(f"sample_rate must be between 0 and 1, not {sample_rate!r}")
     cfg.sample_rate = float(sample_rate)
     if isinstance(langfuse, bool):
         langfuse = "on" if langfuse else "off"
@@ -102,7 +103,7 @@ def _resolve_config(
         cfg.max_content_chars = int(max_content_chars)
     if queue_size is not None:
         if queue_size < 1:
-            raise ValueError("queue_size must be >= 1")
+            raise UserError("queue_size must be >= 1")
         cfg.queue_size = int(queue_size)
     if flush_interval is not None:
         cfg.flush_interval = float(flush_interval)
@@ -120,11 +121,11 @@ def _resolve_config(
             log.warning("autometrics: AUTOMETRICS_SPOOL_MAX_MB is not a number; using %s", cfg.spool_max_mb)
     if spool_max_mb is not None:
         if not spool_max_mb > 0:
-            raise ValueError(f"spool_max_mb must be > 0, not {spool_max_mb!r}")
+            raise UserError(f"spool_max_mb must be > 0, not {spool_max_mb!r}")
         cfg.spool_max_mb = float(spool_max_mb)
     feedback_errors = (feedback_errors or env.get("AUTOMETRICS_FEEDBACK_ERRORS") or "return").strip().lower()
     if feedback_errors not in ("return", "raise"):
-        raise ValueError(f"feedback_errors must be 'return' or 'raise', not {feedback_errors!r}")
+        raise UserError(f"feedback_errors must be 'return' or 'raise', not {feedback_errors!r}")
     cfg.feedback_errors = feedback_errors
     cfg.tracer_provider = tracer_provider
     return cfg

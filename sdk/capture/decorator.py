@@ -24,6 +24,7 @@ import inspect
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
+from autometrics.errors import UserError
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.trace import SpanKind, Status, StatusCode
@@ -252,7 +253,7 @@ def _selector(value, what: str, qualname: str, sig: inspect.Signature | None) ->
     if what == "input" and sig is not None:
         params = sig.parameters
         if value not in params and not any(p.kind is p.VAR_KEYWORD for p in params.values()):
-            raise ValueError(f"@observe(input={value!r}) on {qualname}(): it has no parameter {value!r} (parameters: "
+            raise UserError(f"@observe(input={value!r}) on {qualname}(): it has no parameter {value!r} (parameters: "
                              f"{', '.join(params) or 'none'}); name one of them, or pass input=lambda args: ...")
     return _pick(value)
 
@@ -324,9 +325,9 @@ def observe(
         sig, params = None, []
     qualname = (getattr(func, "__qualname__", None) or getattr(func, "__name__", "call")).split("<locals>.")[-1]
     if input is not None and capture_input is False:
-        raise ValueError(f"@observe on {qualname}(): input= and capture_input=False contradict each other; drop one")
+        raise UserError(f"@observe on {qualname}(): input= and capture_input=False contradict each other; drop one")
     if output is not None and capture_output is False:
-        raise ValueError(f"@observe on {qualname}(): output= and capture_output=False contradict each other; drop one")
+        raise UserError(f"@observe on {qualname}(): output= and capture_output=False contradict each other; drop one")
     in_sel = _selector(input, "input", qualname, sig)
     out_sel = _selector(output, "output", qualname, sig)
 

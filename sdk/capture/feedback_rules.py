@@ -18,6 +18,8 @@ import threading
 import time
 import weakref
 
+from autometrics.errors import UserError
+
 from ..collectors.exporter import StoreSink
 from ..collectors.feedback import FeedbackSchema, FeedbackValueError, make_schema, row_fingerprint
 from . import runtime
@@ -59,7 +61,7 @@ def _state(rt) -> _State:
 def declare(name: str, kind: str, scale=None, project: str | None = None) -> FeedbackSchema:
     """Record a declared rule for this process; raises ValueError for a bad argument."""
     if not isinstance(name, str) or not name.strip() or len(name) > 200:
-        raise ValueError(f"feedback name must be a non-empty string of at most 200 characters, not {name!r}")
+        raise UserError(f"feedback name must be a non-empty string of at most 200 characters, not {name!r}")
     schema = make_schema(kind, scale)
     with _lock:
         _declared[(project, name.strip())] = schema

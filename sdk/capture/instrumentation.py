@@ -55,6 +55,7 @@ import os
 import threading
 from collections.abc import Callable
 
+from autometrics.errors import UserError
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.trace import SpanKind
@@ -209,7 +210,7 @@ def instrument(*clients: str) -> list[str]:
     """
     unknown = [c for c in clients if c not in CLIENTS]
     if unknown:
-        raise ValueError(f"instrument(): unknown client {unknown[0]!r}; choose from {', '.join(map(repr, CLIENTS))}")
+        raise UserError(f"instrument(): unknown client {unknown[0]!r}; choose from {', '.join(map(repr, CLIENTS))}")
     names = list(dict.fromkeys(clients)) or [c for c in CLIENTS if _missing(c) is None]
     for c in names:
         missing = _missing(c)

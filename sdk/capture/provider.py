@@ -36,6 +36,7 @@ from __future__ import annotations
 import collections
 import threading
 
+from autometrics.errors import UserError
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
 
@@ -63,7 +64,7 @@ class StoreForwarder(SpanProcessor):
     def attach(cls, provider, target, project: str, task: str | None) -> StoreForwarder:
         """The forwarder of ``provider`` (added on first use), now forwarding to ``target``."""
         if not hasattr(provider, "add_span_processor"):
-            raise ValueError(f"tracer_provider must be an OpenTelemetry SDK TracerProvider (opentelemetry.sdk.trace."
+            raise UserError(f"tracer_provider must be an OpenTelemetry SDK TracerProvider (opentelemetry.sdk.trace."
                              f"TracerProvider), not {type(provider).__name__}: autometrics adds its span processor to it")
         with cls._lock:
             fwd = getattr(provider, "_autometrics_forwarder", None)
