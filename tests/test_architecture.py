@@ -3,8 +3,8 @@ modules (imports inside functions included), stages import downward only, no mod
 
 Stages, bottom to top, in the order data flows (README, "Repository layout"):
 metricbank -> collectors -> evaluators -> dashboards -> sdk.  A module may import its own stage
-and the stages below it.  Below them all lie the base modules (``autometrics.errors``): they import
-nothing of the package, so every stage may import them.  Modules are split by concern; the line
+and the stages below it.  Below them all lie the base modules (``autometrics.errors``, ``.durations``): they import
+nothing of the package but each other, so every stage may import them.  Modules are split by concern; the line
 cap only catches one that has grown several."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 STAGES = ["base", "metricbank", "collectors", "evaluators", "dashboards", "sdk"]
-BASE = {"autometrics.errors"}
+BASE = {"autometrics.errors", "autometrics.durations"}
 MAX_LINES = 800
 
 if sys.version_info < (3, 11):  # tomllib
@@ -137,7 +137,7 @@ def test_stages_import_downward_only():
 
 def test_base_modules_import_nothing_of_the_package():
     assert BASE <= set(MODS)
-    assert {m: sorted(GRAPH[m]) for m in BASE if GRAPH[m]} == {}
+    assert {m: sorted(GRAPH[m] - BASE) for m in BASE if GRAPH[m] - BASE} == {}
 
 
 def test_no_module_over_the_line_limit():

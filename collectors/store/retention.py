@@ -27,38 +27,17 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-import math
-import re
 import time
 
 import sqlalchemy as sa
 from autometrics.collectors.store.schema import feedback, score_claims, spans, trace_scores, traces
+from autometrics.durations import parse_duration
 from autometrics.errors import UserError
 
-__all__ = ["PruneResult", "parse_duration", "prune", "per_trace_tables", "DEFAULT_BATCH", "sqlite_vacuum_hint", "vacuum"]
+__all__ = ["PruneResult", "prune", "per_trace_tables", "DEFAULT_BATCH", "sqlite_vacuum_hint", "vacuum"]
 
 DEFAULT_BATCH = 1000  # traces per transaction: ~45 ms per batch at 10^6 traces, SQLite and Postgres (tests/benchmarks/store_scale.py)
-_DURATION = re.compile(r"^(\d+(?:\.\d+)?)\s*(s|m|h|d|w)$")
-_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
-_HELP = "a number followed by d (days), h (hours) or m (minutes), e.g. 30d, 12h or 90m (also s = seconds, w = weeks)"
 
-
-def parse_duration(text, *, field: str = "--older-than") -> float:
-    """Seconds in ``30d`` / ``12h`` / ``90m`` (``m`` is minutes; also ``s``, ``w``); a
-    ``timedelta`` or a positive number of seconds passes through.  ValueError naming ``field``
-    and the accepted forms otherwise (including zero: pruning "older than now" is never meant)."""
-    if isinstance(text, dt.timedelta):
-        seconds = text.total_seconds()
-    elif isinstance(text, int | float) and not isinstance(text, bool):
-        seconds = float(text)
-    else:
-        m = _DURATION.match(str(text).strip().lower())
-        if not m:
-            raise UserError(f"{field} {text!r} is not a duration: write {_HELP}.")
-        seconds = float(m.group(1)) * _SECONDS[m.group(2)]
-    if not (seconds > 0 and math.isfinite(seconds)):
-        raise UserError(f"{field} {text!r} must be longer than zero and finite: write {_HELP}.")
-    return seconds
 
 
 @dataclasses.dataclass
@@ -112,7 +91,7 @@ def prune(store, older_than, *, project: str | None = None, dry_run: bool = Fals
     ``timedelta`` or seconds) that have no feedback, with their spans, online scores and claims;
     only those of ``project`` when given.  ``dry_run`` counts the same rows and deletes nothing.
     Each batch of ``batch_size`` traces is one transaction (see the module docstring)."""
-    seconds = parse_duration(older_than)
+    seconds = parse_duration(older_than, field="--older-than")
     if not isinstance(batch_size, int) or isinstance(batch_size, bool) or not 1 <= batch_size <= 10_000:
         raise UserError(f"batch_size must be a whole number from 1 to 10000, not {batch_size!r}")
     now_ns = time.time_ns() if now_ns is None else int(now_ns)

@@ -23,30 +23,16 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import re
 import time
 from dataclasses import dataclass, field
 
-from autometrics.errors import UserError
 from autometrics.evaluators.judges.options import GeneratorCounts, ScreeningOptions
 
-__all__ = ["Speed", "Budget", "Plan", "measure_speed", "plan_fit", "stage_estimates", "parse_duration", "format_seconds"]
+__all__ = ["Speed", "Budget", "Plan", "measure_speed", "plan_fit", "stage_estimates", "format_seconds"]
 
 CRITERION_TOKENS = 110  # a judge prompt beyond the case: system line, criterion, scale (rubric judges more)
 CLIP_STEPS = (None, 1500, 800, 400)  # characters of input and of output a judge sees, tried in this order
-_DURATION = re.compile(r"^\s*(?:(\d+(?:\.\d+)?)\s*h)?\s*(?:(\d+(?:\.\d+)?)\s*m(?:in)?)?\s*(?:(\d+(?:\.\d+)?)\s*s)?\s*$", re.I)
 
-
-def parse_duration(text: str) -> float:
-    """``20m``, ``90s``, ``1h30m``, ``1.5h`` -> seconds (a unit is required: ``20`` is refused)."""
-    m = _DURATION.match(str(text))
-    if not m or not any(m.groups()):
-        raise UserError(f"{text!r} is not a duration; write it with a unit: 20m, 90s, 1h30m")
-    h, mi, s = (float(g) if g else 0.0 for g in m.groups())
-    seconds = 3600 * h + 60 * mi + s
-    if seconds <= 0:
-        raise UserError(f"a budget must be longer than 0 s, got {text!r}")
-    return seconds
 
 
 def format_seconds(s: float | None) -> str:

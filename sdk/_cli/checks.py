@@ -113,13 +113,14 @@ def at_least(low: float):
 
 
 def duration(text: str) -> float:
-    """argparse type: a duration with a unit (``20m``, ``90s``, ``1h30m``) -> seconds."""
-    from autometrics.evaluators.judges.budget import parse_duration
+    """argparse type: a duration with a unit (``20m``, ``90s``, ``1h30m``, ``7d``) -> seconds; argparse
+    names the flag in its one ``error:`` line."""
+    from autometrics.durations import parse_duration
 
     try:
-        return parse_duration(text)
+        return parse_duration(text, field="value")
     except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
+        raise argparse.ArgumentTypeError(str(exc).removeprefix("value ")) from None
 
 
 # ------------------------------------------------------------------------------ paths

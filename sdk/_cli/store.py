@@ -23,10 +23,10 @@ __all__ = ["add_parser", "cmd_store"]
 
 def _duration(text: str) -> str:
     """argparse type: checked here so a bad value is one ``error:`` line before the store opens."""
-    from autometrics.collectors.store.retention import parse_duration
+    from autometrics.durations import parse_duration
 
     try:
-        parse_duration(text)
+        parse_duration(text, field="--older-than")
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc).removeprefix("--older-than ")) from None
     return text

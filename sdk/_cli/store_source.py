@@ -20,15 +20,14 @@ import re
 from pathlib import Path
 
 from autometrics.collectors.files import project_name
-from autometrics.errors import DataError
+from autometrics.durations import parse_duration
+from autometrics.errors import DataError, UserError
 from autometrics.evaluators.data import load_dataset
 
 __all__ = ["store_url_of", "parse_since", "load_fit_data", "store_training_frame"]
 
 SQLITE_SUFFIXES = (".db", ".sqlite", ".sqlite3")
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*):")
-_DURATION = re.compile(r"^(\d+(?:\.\d+)?)\s*(s|sec|m|min|h|d|w)$")
-_SECONDS = {"s": 1, "sec": 1, "m": 60, "min": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 _URL_HELP = ("write sqlite:////absolute/path/app.db (four slashes), sqlite:///relative/path/app.db, the path of the "
              ".db file itself, or postgresql+psycopg://user@host/db")
 
@@ -119,10 +118,12 @@ def parse_since(text: str, *, now: dt.datetime | None = None) -> dt.datetime:
     """``--since``: a duration back from now (``30m``, ``12h``, ``7d``, ``2w``) or an ISO date /
     date-time (``2024-05-01``, ``2024-05-01T12:00``, ``...Z`` or ``+02:00``; no zone = UTC)."""
     s = str(text).strip()
-    m = _DURATION.match(s.lower())
-    if m:
-        now = now or dt.datetime.now(dt.timezone.utc)
-        return now - dt.timedelta(seconds=float(m.group(1)) * _SECONDS[m.group(2)])
+    try:
+        back = dt.timedelta(seconds=parse_duration(s, field="--since"))
+    except UserError:
+        back = None
+    if back is not None:
+        return (now or dt.datetime.now(dt.timezone.utc)) - back
     try:
         when = dt.datetime.fromisoformat(s[:-1] + "+00:00" if s.endswith(("Z", "z")) else s)
     except ValueError:

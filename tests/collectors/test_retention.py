@@ -134,23 +134,11 @@ def test_feedback_that_arrives_during_a_prune_keeps_its_trace(store_url):
     store.dispose()
 
 
-@pytest.mark.parametrize("good,seconds", [("30d", 30 * 86400), ("12h", 12 * 3600), ("90m", 5400), (" 2w ", 14 * 86400),
-                                          ("1.5h", 5400), (3600, 3600)])
-def test_duration_forms(good, seconds):
-    from autometrics.collectors.store.retention import parse_duration
-
-    assert parse_duration(good) == seconds
-
-
 @pytest.mark.parametrize("bad", ["30", "30x", "-5d", "0d", "", "d", "30 days", "1e3h", True, 0, float("inf"), float("nan")])
 def test_bad_duration_is_refused_with_the_accepted_forms(bad, sqlite_url):
     from autometrics.collectors.store import TraceStore
-    from autometrics.collectors.store.retention import parse_duration
-
-    with pytest.raises(ValueError, match=r"--older-than .*30d, 12h or 90m"):
-        parse_duration(bad)
     store = TraceStore(sqlite_url)
-    with pytest.raises(ValueError, match="30d, 12h or 90m"):
+    with pytest.raises(ValueError, match=r"--older-than .*90s, 20m, 12h, 7d"):
         store.prune(bad)
     with pytest.raises(ValueError, match="batch_size"):
         store.prune("30d", batch_size=0)
@@ -168,7 +156,7 @@ def test_cli_store_prune(populated, capsys, tmp_path):
     assert "kept 2 older traces that have feedback" in out and store.count("traces") == 13
     assert main(["store", "prune", "--older-than", "30x", "--store", url]) == 2
     err = capsys.readouterr().err
-    assert err.count("error:") == 1 and "'30x' is not a duration" in err and "30d, 12h or 90m" in err
+    assert err.count("error:") == 1 and "'30x' is not a duration" in err and "90s, 20m, 12h, 7d" in err
     assert main(["store", "prune", "--older-than", "30d", "--store", str(tmp_path / "missing.db")]) == 2
     assert "no SQLite trace store" in capsys.readouterr().err
     assert main(["store", "prune", "--older-than", "30d", "--store", url, "--project", "q", "--json"]) == 0
