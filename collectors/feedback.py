@@ -30,12 +30,16 @@ from dataclasses import dataclass
 from autometrics.errors import UserError
 
 __all__ = ["make_feedback_row", "FEEDBACK_KINDS", "FeedbackSchema", "FeedbackValueError", "coerce_value", "infer_kind",
-           "normalise_kind", "make_schema", "row_fingerprint"]
+           "normalise_kind", "make_schema", "row_fingerprint", "binary_word", "POSITIVE_WORDS",
+           "NEGATIVE_WORDS"]
 
 _HEX32 = re.compile(r"^[0-9a-f]{32}$")
 _HEX16 = re.compile(r"^[0-9a-f]{16}$")
-_POS = {"true", "yes", "y", "up", "thumbs up", "thumbs_up", "👍", "1", "good", "positive"}
-_NEG = {"false", "no", "n", "down", "thumbs down", "thumbs_down", "👎", "0", "bad", "negative"}
+#: the one vocabulary of binary label words (a thumbs value, a CSV label column), read case-blind
+POSITIVE_WORDS = frozenset({"true", "yes", "y", "pass", "passed", "good", "up", "thumbs up", "thumbs_up", "thumbsup", "👍",
+                            "+1", "positive", "accept", "accepted", "correct"})
+NEGATIVE_WORDS = frozenset({"false", "no", "n", "fail", "failed", "bad", "down", "thumbs down", "thumbs_down", "thumbsdown",
+                            "👎", "-1", "negative", "reject", "rejected", "incorrect"})
 _KIND_ALIASES = {"behavioural": "behavioral", "thumb": "thumbs", "binary": "thumbs", "score": "numeric", "rating": "likert",
                  "category": "categorical", "label": "categorical", "reference": "correction", "edit": "correction"}
 FEEDBACK_KINDS = _KINDS = ("thumbs", "likert", "numeric", "behavioral", "categorical", "correction")
@@ -147,7 +151,7 @@ def infer_kind(value) -> str:
         key = value.strip().lower()
         if not key:
             raise FeedbackValueError("value is an empty string; send a label, a number or True/False", code="empty")
-        return "thumbs" if key in _POS | _NEG else "categorical"
+        return "thumbs" if binary_word(key) is not None else "categorical"
     if value is None:
         raise FeedbackValueError("value is null; send a value (or no feedback item at all)", code="null")
     raise FeedbackValueError(f"a {type(value).__name__} is not a feedback value without kind='correction'; send a number, "
@@ -173,6 +177,17 @@ def _number(value, kind: str, name: str) -> float:
     return v
 
 
+def binary_word(text: str) -> float | None:
+    """1.0 / 0.0 for a binary label word (``yes``, ``pass``, ``thumbs up``, ``+1``, ``1``, ...; see
+    :data:`POSITIVE_WORDS`), None for any other text."""
+    key = str(text).strip().lower()
+    if key in POSITIVE_WORDS or key == "1":
+        return 1.0
+    if key in NEGATIVE_WORDS or key == "0":
+        return 0.0
+    return None
+
+
 def coerce_value(value, schema: FeedbackSchema, name: str = "feedback") -> tuple[float | None, str | None]:
     """(numeric value, text value) of ``value`` read under ``schema``, or FeedbackValueError with the reason."""
     kind = schema.kind
@@ -182,14 +197,12 @@ def coerce_value(value, schema: FeedbackSchema, name: str = "feedback") -> tuple
         if isinstance(value, int | float) and value in (0, 1):
             return float(value), None
         if isinstance(value, str):
-            key = value.strip().lower()
-            if key in _POS:
-                return 1.0, None
-            if key in _NEG:
-                return 0.0, None
+            word = binary_word(value)
+            if word is not None:
+                return word, None
         if value is None:
-            raise FeedbackValueError(f"value is null; thumbs feedback {name!r} needs True/False, 'up'/'down' or 1/0", code="null")
-        raise FeedbackValueError(f"thumbs feedback {name!r} must be True/False, 'up'/'down' or 1/0, not {value!r}", code="not_thumbs")
+            raise FeedbackValueError(f"value is null; thumbs feedback {name!r} needs True/False, 'up'/'down', 'pass'/'fail' or 1/0", code="null")
+        raise FeedbackValueError(f"thumbs feedback {name!r} must be True/False, 'up'/'down', 'pass'/'fail' or 1/0, not {value!r}", code="not_thumbs")
     if kind in _NUMERIC:
         if kind == "behavioral" and isinstance(value, bool):
             v = float(value)  # "copied": True (the event happened)

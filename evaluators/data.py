@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
+from autometrics.collectors.feedback import binary_word
 from autometrics.errors import DataError
 from autometrics.evaluators.tables import (
     as_text,
@@ -49,8 +50,6 @@ MAX_LABEL_MAGNITUDE = 1e12
 FIXED_SPLIT = "__autometrics_split__"
 
 # Binary vocabularies (lower-cased, stripped).  1 = the positive judgment.
-_POSITIVE = {"true", "yes", "y", "pass", "passed", "good", "up", "thumbs up", "thumbs_up", "thumbsup", "👍", "+1", "positive", "accept", "accepted", "correct"}
-_NEGATIVE = {"false", "no", "n", "fail", "failed", "bad", "down", "thumbs down", "thumbs_down", "thumbsdown", "👎", "-1", "negative", "reject", "rejected", "incorrect"}
 _DECIMAL_COMMA = re.compile(r"^[-+]?\d+,\d+$")
 
 
@@ -135,10 +134,10 @@ def parse_labels(values: pd.Series, column: str, source: str = "<data>") -> tupl
             continue
         except ValueError:
             pass
-        key = s.lower()
-        if key in _POSITIVE or key in _NEGATIVE:
-            out[i] = 1.0 if key in _POSITIVE else 0.0
-            mapping[key] = out[i]
+        word = binary_word(s)
+        if word is not None:
+            out[i] = word
+            mapping[s.lower()] = out[i]
             words.append((i, v))
         else:
             bad.append((i, v))

@@ -284,3 +284,18 @@ def test_excel_sep_line_and_an_unclosed_quote(tmp_path):
     (tmp_path / "q.csv").write_text('id,input,output,score\n1,a,b,3\n2,"c,d,4\n3,e,f,5\n')
     with pytest.raises(DataError, match=r'q.csv: a quote \(\"\) opened in data row 2 is never closed'):
         load_dataset(tmp_path / "q.csv", "score", min_labelled=1)
+
+
+def test_label_words_are_read_alike_in_a_csv_and_through_feedback():
+    """One vocabulary: a word a CSV label column reads as thumbs up/down is the same value when an
+    application sends it with ``feedback()`` (``pass``/``accept``/``+1`` were once CSV-only)."""
+    import pandas as pd
+    from autometrics.collectors.feedback import NEGATIVE_WORDS, POSITIVE_WORDS, coerce_value, make_schema
+
+    # "+1"/"-1" are numbers in a CSV column (a -1/+1 scale ranks the same as 0/1), so only words here
+    words = sorted((POSITIVE_WORDS | NEGATIVE_WORDS) - {"+1", "-1"})
+    from_csv, _ = parse_labels(pd.Series([w.upper() if w.isascii() else w for w in words]), "label")
+    thumbs = make_schema("thumbs", None)
+    through_feedback = [coerce_value(f" {w} ", thumbs, "helpful")[0] for w in words]
+    assert list(from_csv) == through_feedback == [1.0 if w in POSITIVE_WORDS else 0.0 for w in words]
+    assert {"pass", "accept", "+1", "correct"} <= POSITIVE_WORDS and {"fail", "reject", "-1", "incorrect"} <= NEGATIVE_WORDS
