@@ -1,7 +1,7 @@
 """The package's shape, checked statically (no import is executed): no import cycle between its
 modules (imports inside functions included), stages import downward only, no module too long.
 
-Stages, bottom to top, in the order data flows (README, "Repository layout"):
+Stages, bottom to top, in the order data flows (docs/development.md, "Repository layout and architecture"):
 metricbank -> collectors -> evaluators -> dashboards -> sdk.  A module may import its own stage
 and the stages below it.  Below them all lie the base modules (``autometrics.errors``, ``.durations``): they import
 nothing of the package but each other, so every stage may import them.  Modules are split by concern; the line

@@ -64,7 +64,7 @@ class ScreeningOptions:
     # with known-signal judges at 80 labels, 10 seeds (tests/benchmarks/judge_signal.py): z_next 1
     # kept both signal judges on 5/10 Topical-Chat seeds (84 % of the oracle's gain), 0 on 7/10
     # (95 %); SimpEval 9/10 both ways (98 % / 96 %); noise judges kept 1 % vs 3 %.  Rerun on sets it
-    # was not chosen on: SimpDA 6/10 vs 7/10, SummEval 6/10 vs 8/10 (README, "Judges with a known signal")
+    # was not chosen on: SimpDA 6/10 vs 7/10, SummEval 6/10 vs 8/10 (docs/benchmarks/judges.md, "Judges with a known signal")
     z_next: float = 0.0
     min_groups: int = 8  # early rounds: at least this many input groups
     n_boot: int = 200  # cluster-bootstrap resamples for a gain's standard error

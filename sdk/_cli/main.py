@@ -159,7 +159,7 @@ def _build_parser() -> argparse.ArgumentParser:
     cs.add_argument("--no-auth", action="store_true", help="accept requests without an API key (local testing only)")
     cs.add_argument("--max-body", type=count(1), default=None,
                     help="largest request body in bytes (default $AUTOMETRICS_COLLECTOR_MAX_BODY, else 16 MiB); the other "
-                         "limits below (timeouts in seconds, sizes in bytes) are explained in the README")
+                         "limits below (timeouts in seconds, sizes in bytes) are explained in docs/store-collector.md, Collector limits")
     from autometrics.collectors.limits import CollectorLimits
 
     for f in dataclasses.fields(CollectorLimits):  # one flag per limit (the variable or default when absent)
