@@ -26,7 +26,7 @@ import pandas as pd
 from autometrics.collectors.files import atomic_write_text, dumps
 from autometrics.errors import DataError, MissingFile, UserError
 from autometrics.evaluators.data import load_dataset, read_table
-from autometrics.evaluators.scoring import metric_from_artifact_spec, score_metrics
+from autometrics.evaluators.features import metric_from_artifact_spec, score_metrics
 from autometrics.metricbank import Metric
 
 __all__ = ["Evaluator", "ArtifactError", "check_artifact", "score_metrics", "load_evaluator", "ARTIFACT_FORMAT", "ARTIFACT_VERSION", "SCORE_COLUMN"]

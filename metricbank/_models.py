@@ -151,18 +151,13 @@ def require_packages(metric: str, modules: Iterable[str]) -> None:
 
 # --------------------------------------------------------------------------- locating weights
 def _hf_cache_dirs() -> list[Path]:
-    out = []
+    """The one hub cache Hugging Face itself would read: ``$HF_HUB_CACHE``, else ``$HF_HOME/hub``,
+    else ``~/.cache/huggingface/hub`` (a set variable replaces the default, as in ``huggingface_hub``)."""
     if os.environ.get("HF_HUB_CACHE"):
-        out.append(Path(os.environ["HF_HUB_CACHE"]))
+        return [Path(os.environ["HF_HUB_CACHE"])]
     if os.environ.get("HF_HOME"):
-        out.append(Path(os.environ["HF_HOME"]) / "hub")
-    out.append(Path.home() / ".cache" / "huggingface" / "hub")
-    seen, uniq = set(), []
-    for p in out:
-        if p not in seen:
-            seen.add(p)
-            uniq.append(p)
-    return uniq
+        return [Path(os.environ["HF_HOME"]) / "hub"]
+    return [Path.home() / ".cache" / "huggingface" / "hub"]
 
 
 def search_locations(name: str, file: str | None = None) -> list[Path]:

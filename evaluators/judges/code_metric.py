@@ -64,7 +64,7 @@ def _clip(text, n: int = _CLIP) -> str:
 
 class CodeMetricFailed(RuntimeError):
     """A code metric's batch failed in the sandbox (refused operation, limit, crash); the message
-    says which.  :func:`~autometrics.evaluators.scoring.score_metrics` turns it into a note."""
+    says which.  :func:`~autometrics.evaluators.features.score_metrics` turns it into a note."""
 
 
 @dataclass

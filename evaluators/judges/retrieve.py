@@ -344,7 +344,7 @@ def plan_retrieval(task: str | None, target: str, metrics: list, outputs, inputs
     floor): their screening figure is read from it instead of scoring again.  ``max_screened``
     bounds how many expensive candidates are screened (the best by card; the rest are
     reported as not screened)."""
-    from autometrics.evaluators.scoring import score_metrics
+    from autometrics.evaluators.features import score_metrics
 
     always = [m.name for m in metrics if cost_class(m) == CHEAP]
     fates = [CandidateFate(name, CHEAP, "always") for name in always]
@@ -418,7 +418,7 @@ def score_bank(lab, target: str, task: str | None = None, *, test_size: float | 
     :func:`plan_retrieval` picks ``k`` by their signal on the training rows of the fit's split
     (``test_size``, ``seed``), and only those are scored on every row.  ``plan`` (a
     :class:`RetrievalPlan`) says what happened to each; it goes into the artifact's ``retrieval``."""
-    from autometrics.evaluators.scoring import score_metrics
+    from autometrics.evaluators.features import score_metrics
     from autometrics.metricbank import default_metrics
 
     unavailable: dict[str, str] = {}

@@ -122,7 +122,7 @@ def _scoring_opts(p: argparse.ArgumentParser) -> None:
 
 
 def _scoring_options(args):
-    from autometrics.evaluators.continuous.scoring import ScoringOptions
+    from autometrics.evaluators.continuous.online import ScoringOptions
 
     return ScoringOptions(lease_seconds=args.claim_lease, judge_sample_rate=args.judge_sample_rate,
                           judge_calls_per_hour=args.judge_calls_per_hour or None,
@@ -387,7 +387,7 @@ def cmd_dashboard(args) -> int:
         check_page_path(args.out)  # FILE.html, or a folder that gets dashboard.html
     mon = _monitor(args)
     if args.serve:
-        from autometrics.dashboards.server import DashboardServer
+        from autometrics.dashboards.web import DashboardServer
 
         srv = DashboardServer(mon, host=args.host, port=args.port)
         print(f"serving the dashboard on {srv.url} (Ctrl-C to stop)", flush=True)
@@ -409,7 +409,7 @@ def cmd_demo(args) -> int:
     res = run_demo(args.out, no_llm=args.no_llm, seed=args.seed, n_boot=args.n_boot, shuffle_feedback=args.shuffle_feedback,
                    promote_unvalidated=args.promote_unvalidated)
     if args.serve:
-        from autometrics.dashboards.server import DashboardServer
+        from autometrics.dashboards.web import DashboardServer
         from autometrics.evaluators.continuous.monitor import Monitor, MonitorConfig
 
         mon = Monitor(f"sqlite:///{res['store']}", MonitorConfig(target=TARGET, project=DEMO_PROJECT))

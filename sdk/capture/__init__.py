@@ -42,7 +42,7 @@ enabled                AUTOMETRICS_DISABLED=1         switch everything off
 
 Layout (one concern per module; this package re-exports the public API):
 
-* :mod:`~autometrics.capture.config`: :class:`ObserveConfig` and how arguments / environment resolve into it
+* :mod:`~autometrics.capture.settings`: :class:`ObserveConfig` and how arguments / environment resolve into it
 * :mod:`~autometrics.capture.runtime`: provider, background writer and their lifecycle
   (``configure``, ``flush``, ``shutdown``, ``stats``); the *only* home of capture's mutable state
 * :mod:`~autometrics.capture.content`: call values as GenAI input/output messages and usage attributes
@@ -52,7 +52,7 @@ Layout (one concern per module; this package re-exports the public API):
 * :mod:`~autometrics.capture.spans`: the current span's ids, ``update_current_span``, and
   ``set_input`` / ``set_output`` (what the evaluator sees)
 * :mod:`~autometrics.capture.signals`: ``feedback()``, ``feedback_schema()`` and ``training_frame()``
-* :mod:`~autometrics.capture.feedback_rules`: the feedback rules this process knows (declared,
+* :mod:`~autometrics.capture.rule_cache`: the feedback rules this process knows (declared,
   or read from the store in the background) and recently sent feedback ids
 * :mod:`~autometrics.capture.instrumentation`: ``instrument("openai", "litellm", "dspy")``: the LLM
   clients' own OpenTelemetry instrumentations, their GenAI client spans in the same trees
@@ -63,7 +63,7 @@ Layout (one concern per module; this package re-exports the public API):
 from __future__ import annotations
 
 from . import runtime as _runtime_module
-from .config import ObserveConfig
+from .settings import ObserveConfig
 from .decorator import observe
 from .instrumentation import instrument
 from .runtime import SCOPE as SCOPE

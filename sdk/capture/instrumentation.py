@@ -61,7 +61,7 @@ from opentelemetry import trace
 from opentelemetry.trace import SpanKind
 
 from . import runtime
-from .config import _env_bool, log
+from .settings import _env_bool, log
 from .provider import CAPTURE_SCOPES
 
 __all__ = ["instrument", "uninstrument", "instrumented", "CLIENTS", "TRACER_PROVIDER", "CONTENT_KEYS"]

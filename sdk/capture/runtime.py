@@ -23,7 +23,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.sampling import ALWAYS_ON, ParentBased, TraceIdRatioBased
 
 from ..collectors.exporter import BatchWriter, CollectorSink, Counters, RateLimitedLog, StoreSink, StoreSpanProcessor
-from .config import ObserveConfig, _langfuse_wanted, _resolve_config, log
+from .settings import ObserveConfig, _langfuse_wanted, _resolve_config, log
 
 SCOPE = "autometrics"
 

@@ -10,7 +10,7 @@ Langfuse when that export is on), so ``feedback()`` never blocks on or raises fo
 from __future__ import annotations
 
 from ..collectors.feedback import FeedbackSchema, FeedbackValueError, make_feedback_row
-from . import feedback_rules as _rules
+from . import rule_cache as _rules
 from . import runtime as _runtime_module
 from .runtime import _get_runtime, _internal
 from .spans import current_trace_id

@@ -52,7 +52,7 @@ TASK = "Simplify a complex English sentence so it is easier to read while keepin
 
 def _load(name: str, targets: list[str]):
     from autometrics.evaluators.data import load_dataset
-    from autometrics.evaluators.scoring import score_metrics
+    from autometrics.evaluators.features import score_metrics
     from autometrics.metricbank import default_metrics
 
     ds = load_dataset(DATASETS / f"{name}.csv", targets)

@@ -16,8 +16,6 @@ import pytest
 from otlp_client import otlp_request
 from otlp_client import post as _post
 
-pytest.importorskip("sqlalchemy", reason="needs the `observe` extra")
-
 KEY = {"Authorization": "Bearer k"}
 PB = {**KEY, "Content-Type": "application/x-protobuf"}
 JS = {**KEY, "Content-Type": "application/json"}

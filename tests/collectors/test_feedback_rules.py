@@ -27,12 +27,10 @@ T_HTTP, T_SDK = "a" * 32, "b" * 32
 def _forget_declarations():
     """Declarations are process-wide (as in an application); each test starts without them."""
     yield
-    try:
-        from autometrics.capture import feedback_rules
-    except ImportError:  # no `observe` extra: nothing was declared
-        return
-    with feedback_rules._lock:
-        feedback_rules._declared.clear()
+    from autometrics.capture import rule_cache
+
+    with rule_cache._lock:
+        rule_cache._declared.clear()
 
 
 @pytest.fixture
@@ -126,7 +124,7 @@ def test_rule_over_http(case: Case, store_collector):
 def test_rule_in_process(case: Case, capture, store_url):
     """The call itself refuses the value: ValueError with the reason (feedback_errors="raise"),
     counted per reason; nothing stored."""
-    from autometrics.capture import feedback_rules
+    from autometrics.capture import rule_cache
     from autometrics.collectors.store import TraceStore
 
     capture.configure(store_url=store_url, project="sdk", langfuse=False, feedback_errors="raise")
@@ -136,7 +134,7 @@ def test_rule_in_process(case: Case, capture, store_url):
     if case.prior:
         assert capture.feedback(T_SDK, *case.prior)
         assert capture.flush(10)
-        assert feedback_rules.wait_loaded(capture._runtime, "sdk")  # the rules the store now holds
+        assert rule_cache.wait_loaded(capture._runtime, "sdk")  # the rules the store now holds
     with pytest.raises(ValueError) as ei:
         capture.feedback(T_SDK, name, value, kind=kind)
     assert (ei.value.code, ei.value.field) == (case.code, case.field), str(ei.value)
@@ -301,7 +299,7 @@ def test_declaration_in_the_sdk_holds_for_the_collector(capture, store_url, stor
 
 
 def test_declaration_in_the_store_holds_for_every_sdk(capture, store_url):
-    from autometrics.capture import feedback_rules
+    from autometrics.capture import rule_cache
     from autometrics.collectors.store import TraceStore
 
     store = TraceStore(store_url)
@@ -309,7 +307,7 @@ def test_declaration_in_the_store_holds_for_every_sdk(capture, store_url):
     with pytest.raises(ValueError, match="already numeric 0..1"):
         store.declare_feedback_schema("quality", "thumbs", project="sdk")
     capture.configure(store=store, project="sdk", langfuse=False)
-    assert feedback_rules.wait_loaded(capture._runtime, "sdk")
+    assert rule_cache.wait_loaded(capture._runtime, "sdk")
     assert capture.feedback(T_SDK, "quality", 1.5) is None  # refused at the call: the SDK read the rule
     assert capture.stats()["feedback_invalid_out_of_scale"] == 1
     assert capture.feedback(T_SDK, "quality", 0.5) and capture.flush(10)

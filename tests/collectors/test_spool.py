@@ -14,13 +14,10 @@ import sys
 import threading
 
 import pytest
-from waiting import wait_until
-
-pytest.importorskip("opentelemetry.sdk", reason="needs the `observe` extra")
-
 from autometrics.collectors.exporter import BatchWriter, Counters, StoreSink  # noqa: E402
 from autometrics.collectors.spool import Spool  # noqa: E402
 from autometrics.collectors.store import TraceStore  # noqa: E402
+from waiting import wait_until
 
 
 def _records(n: int, kind: str = "span", size: int = 10) -> list[tuple[str, str, int, bytes]]:

@@ -100,7 +100,6 @@ def test_default_regression_is_sign_constrained_and_recorded(simpeval_fit):
     assert len(stood_for) == len(set(stood_for)) and not set(stood_for) & {f["feature"] for f in a["features"]}
     st = a["statistics"]
     assert st["best_single_metric"]["test"]["n"] == st["test"]["n"]
-    pytest.importorskip("xgboost", reason="the black-box reference needs xgboost (bench extra)")
     assert st["blackbox_reference"]["test"]["n"] == st["test"]["n"] and "XGBoost" in st["blackbox_reference"]["model"]
 
 

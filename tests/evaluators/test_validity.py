@@ -13,8 +13,8 @@ import numpy as np
 import pandas as pd
 import pytest
 from autometrics.evaluators.data import load_dataset
+from autometrics.evaluators.features import score_metrics
 from autometrics.evaluators.fit import fit_evaluator
-from autometrics.evaluators.scoring import score_metrics
 from autometrics.evaluators.validity import (
     MIN_GROUPS,
     CrossFit,

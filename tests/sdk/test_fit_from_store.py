@@ -16,8 +16,6 @@ import time
 import pandas as pd
 import pytest
 
-pytest.importorskip("sqlalchemy", reason="needs the `observe` extra")
-
 
 def _simpeval(n: int, offset: int = 0) -> pd.DataFrame:
     from autometrics.evaluators.data import builtin_dataset_path

@@ -15,8 +15,6 @@ import pytest
 from fake_llm_server import FakeLLMServer
 from waiting import stored_spans
 
-pytest.importorskip("opentelemetry.sdk", reason="needs the `observe` extra")
-
 SYSTEM = "You are terse. Answer in one line."
 
 

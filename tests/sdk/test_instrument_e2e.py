@@ -16,8 +16,6 @@ import pytest
 from waiting import stored_spans
 
 pytestmark = pytest.mark.slow
-pytest.importorskip("opentelemetry.sdk", reason="needs the `observe` extra")
-
 SYSTEM = "You are a terse assistant. Answer with one short sentence."
 QUESTION = "What colour is the sky on a clear day?"
 
@@ -131,7 +129,6 @@ def test_litellm_against_the_real_local_llm(local_server, capture, inst, sqlite_
 
 def test_dspy_predict_against_the_real_local_llm(local_server, capture, inst, sqlite_url):
     dspy = pytest.importorskip("dspy")
-    pytest.importorskip("opentelemetry.instrumentation.genai.dspy")
     inst.instrument("dspy", "litellm")
     lm = dspy.LM("openai/local", api_base=local_server.api_base, api_key="local", cache=False, temperature=0.0,
                  max_tokens=48)

@@ -8,10 +8,8 @@ from __future__ import annotations
 import http.client
 import json
 
-import pytest
+import langfuse
 from waiting import wait_until
-
-langfuse = pytest.importorskip("langfuse")
 
 
 def _wait(pred, timeout=10.0):

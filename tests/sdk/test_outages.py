@@ -24,11 +24,8 @@ import threading
 import time
 
 import pytest
-from waiting import wait_until
-
-pytest.importorskip("opentelemetry.sdk", reason="needs the `observe` extra")
-
 from autometrics.collectors.store import TraceStore  # noqa: E402
+from waiting import wait_until
 
 OUTAGE_S = float(os.environ.get("AUTOMETRICS_TEST_OUTAGE_S", "4"))
 # read before the `capture` fixture clears AUTOMETRICS_* from the environment

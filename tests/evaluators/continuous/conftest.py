@@ -9,8 +9,6 @@ import os
 
 import pytest
 
-pytest.importorskip("sqlalchemy", reason="needs the `observe` extra")
-pytest.importorskip("apscheduler", reason="needs the `observe` extra")
 
 @pytest.fixture(scope="session")
 def fitted_store(tmp_path_factory):

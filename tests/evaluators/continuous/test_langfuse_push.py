@@ -40,7 +40,6 @@ def _copy_store(url, tmp_path):
 
 
 def test_validator_rejects_bodies_that_break_the_spec():
-    pytest.importorskip("yaml")
     from langfuse_server import OpenAPIValidator, SpecError, load_spec, spec_path
 
     if not spec_path().is_file():
@@ -117,7 +116,6 @@ def test_low_significance_warning_is_visible_in_langfuse(fitted_store, tmp_path,
 
 
 def test_langfuse_down_never_raises(fitted_store, tmp_path, monkeypatch):
-    pytest.importorskip("langfuse")
     from autometrics.dashboards.langfuse_push import LangfusePush, push_pending
     from autometrics.evaluators.continuous.monitor import Monitor, MonitorConfig
 

@@ -71,7 +71,7 @@ def test_claims_are_disjoint_expire_and_are_released_with_the_scores(store_url):
 def test_a_live_batch_keeps_its_lease(sqlite_url):
     """The heartbeat renews the lease of the batch being scored (only a dead worker's runs out)."""
     from autometrics.collectors.store import TraceStore
-    from autometrics.evaluators.continuous.scoring import _Heartbeat
+    from autometrics.evaluators.continuous.online import _Heartbeat
     from waiting import wait_until
 
     store = TraceStore(sqlite_url)
@@ -145,7 +145,7 @@ def test_judge_budget_is_shared_and_atomic(store_url):
 
 
 def test_sampling_is_deterministic_by_trace_id():
-    from autometrics.evaluators.continuous.scoring import ScoringOptions, sampled_for_judges
+    from autometrics.evaluators.continuous.online import ScoringOptions, sampled_for_judges
 
     ids = [uuid.UUID(int=i * 7919).hex for i in range(20_000)]
     picked = [t for t in ids if sampled_for_judges(t, 0.3)]
@@ -202,7 +202,7 @@ def _judged_outputs(srv) -> list[str]:
 def test_judges_sampled_budgeted_and_asked_in_a_row(sqlite_url, llm_cache):
     from autometrics.collectors.store import TraceStore
     from autometrics.evaluators.continuous.monitor import Monitor, MonitorConfig
-    from autometrics.evaluators.continuous.scoring import ScoringOptions, sampled_for_judges, score_new
+    from autometrics.evaluators.continuous.online import ScoringOptions, sampled_for_judges, score_new
 
     store = TraceStore(sqlite_url)
     with FakeLLMServer() as fit_srv:
@@ -240,7 +240,7 @@ def test_judges_sampled_budgeted_and_asked_in_a_row(sqlite_url, llm_cache):
 def test_failed_judge_requests_come_back_after_the_lease_then_give_up(sqlite_url, llm_cache):
     from autometrics.collectors.store import TraceStore
     from autometrics.evaluators.continuous.monitor import Monitor, MonitorConfig
-    from autometrics.evaluators.continuous.scoring import ScoringOptions, score_new
+    from autometrics.evaluators.continuous.online import ScoringOptions, score_new
 
     store = TraceStore(sqlite_url)
     with FakeLLMServer() as fit_srv:
@@ -270,7 +270,7 @@ def test_failed_judge_requests_come_back_after_the_lease_then_give_up(sqlite_url
 def test_a_dead_workers_batch_is_scored_after_its_lease_and_repeated_deaths_give_up(sqlite_url):
     from autometrics.collectors.store import TraceStore
     from autometrics.evaluators.continuous.monitor import Monitor, MonitorConfig
-    from autometrics.evaluators.continuous.scoring import ScoringOptions, score_new
+    from autometrics.evaluators.continuous.online import ScoringOptions, score_new
 
     store = TraceStore(sqlite_url)
     write_traces(store, simpeval(60), project="p")

@@ -227,7 +227,7 @@ def test_dashboard_warning_count_matches_the_listed_warnings(fitted_store, tmp_p
 
 
 def test_dashboard_server_on_loopback(fitted_store):
-    from autometrics.dashboards.server import DashboardServer
+    from autometrics.dashboards.web import DashboardServer
     from autometrics.evaluators.continuous.monitor import Monitor, MonitorConfig
 
     srv = DashboardServer(Monitor(fitted_store, MonitorConfig(target="score", project="p")), port=0).start()

@@ -10,7 +10,6 @@ import re
 
 import numpy as np
 import pandas as pd
-import pytest
 from autometrics.evaluators.fit import fit_evaluator, sample_rows
 from autometrics.evaluators.judges.budget import Budget, Speed, plan_fit
 from autometrics.evaluators.judges.options import PAPER_COUNTS, QUICK_COUNTS, LLMOptions, ScreeningOptions

@@ -13,6 +13,7 @@ import pandas as pd
 import pytest
 from autometrics.evaluators.data import load_dataset
 from autometrics.evaluators.evaluator import Evaluator, score_metrics
+from autometrics.evaluators.features import metric_from_artifact_spec
 from autometrics.evaluators.induce import fit_on_features
 from autometrics.evaluators.judges.code_metric import (
     CodeMetric,
@@ -24,7 +25,6 @@ from autometrics.evaluators.judges.code_metric import (
 )
 from autometrics.evaluators.judges.sandbox import SandboxLimits, sandbox_unavailable
 from autometrics.evaluators.report import safe_markdown
-from autometrics.evaluators.scoring import metric_from_artifact_spec
 from autometrics.evaluators.stats import kendall_tau
 from fake_llm_server import FakeLLMServer
 

@@ -163,7 +163,7 @@ def test_clear_error_when_the_encoder_weights_are_absent(tmp_path):
     metric = ExemplarMetric(exemplars=block, model=missing)
     with pytest.raises(MetricUnavailable):
         metric.check_available()
-    from autometrics.evaluators.scoring import score_metrics
+    from autometrics.evaluators.features import score_metrics
 
     X, _, notes = score_metrics([metric], ["x"], None, None)
     assert X.shape[1] == 0 and "unavailable" in notes[0]

@@ -222,9 +222,9 @@ def test_added_tau_measures_what_a_candidate_adds_not_its_own_tau():
 def test_score_asks_all_judges_of_one_example_in_a_row(tmp_path):
     """``autometrics score`` (Evaluator.score_texts -> score_metrics) asks every criterion about one
     example before the next example, as the fit does, so the server's prefix cache holds the example."""
+    from autometrics.evaluators.features import score_metrics
     from autometrics.evaluators.judges.metric import LLMJudgeMetric, unbind_clients
     from autometrics.evaluators.llm.client import LLMConfig
-    from autometrics.evaluators.scoring import score_metrics
 
     with ScriptedJudgeServer(lambda c, o, i: noise_score(c, o)) as srv:
         cfg = LLMConfig.parse(f"openai/fake@{srv.url}", concurrency=1)  # one request at a time, as llama.cpp serves
