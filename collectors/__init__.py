@@ -1,1 +1,1 @@
-"""Collectors: spans and feedback into the trace store (see issue 4)."""
+"""Collectors: spans and feedback into the trace store."""

@@ -1,1 +1,1 @@
-"""Dashboards: the built-in dashboard and Langfuse push (see issue 5)."""
+"""Dashboards: the built-in dashboard and Langfuse push."""

@@ -1,9 +1,9 @@
 """Where the LLM tokens went: every candidate judge's fate in the report (Markdown, also rendered
 into the HTML page) and in the lines ``autometrics fit`` prints.
 
-Why a section of its own: a judge that is generated and scored but not selected used to get no
-line in the output and a blank weight in the report, so the user could not tell that the LLM work
-bought nothing.  Each candidate is listed with its fate (kept, not returned, not in the top n,
+Why a section of its own: a judge that is generated and scored but not selected would otherwise
+get no line in the output and a blank weight in the report, so the user could not tell that the
+LLM work bought nothing.  Each candidate is listed with its fate (kept, not returned, not in the top n,
 near-duplicate, negative weight, screened out, about the input, failed, stopped by the budget), its
 screening figure (the τ it adds to the metrics already in), and the tokens it cost; then the
 budget plan and which evaluator was returned and why.

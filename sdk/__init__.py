@@ -4,8 +4,8 @@ embedded in an LLM observability stack.
 The import root is light: heavy parts (scikit-learn, MetricBank, pandas) load on first use.
 
     import autometrics
-    ev = autometrics.fit_evaluator("data.csv", target="score")
-    ev.score(df)
+    result = autometrics.fit_evaluator("data.csv", target="score")
+    scores = result.evaluator.score(df)   # a DataFrame with input/output(/reference) columns
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 Why: asked to grade review comments of code changes, a small generator wrote criteria about the
 code change itself ("the diff is well structured"); its judge scored the *input*, identical for
-every review of one change, and could never tell a good review from a bad one (issue 22).  Words
+every review of one change, and could never tell a good review from a bad one.  Words
 do not settle it (a criterion about a review may well mention "the code"), so the check asks the
 judge: a criterion about the output keeps its score when the output is shown under another input,
 one about the input takes the score of that other input.

@@ -1,7 +1,7 @@
 """Budgets for the LLM half of a fit: the server's measured speed, what each stage will cost, a
 plan that fits a wall-clock or token budget, and the tracker that stops the fit when it is spent.
 
-Why: on a small CPU server a default fit takes hours (issue 16: 15.5 minutes for four judges on
+Why: on a small CPU server a default fit takes hours (measured: 15.5 minutes for four judges on
 84 rows at 4–31 prompt tokens/s), and the user learns it only afterwards.  ``fit --budget 20m``
 / ``--max-judge-tokens N`` measure the server with a warm-up call (:func:`measure_speed`), plan
 candidates, rows and clipping of long examples so the estimate fits (:func:`plan_fit`), print the

@@ -314,7 +314,7 @@ def example_judge(task, target, inputs, outputs, y, counts: GeneratorCounts, jud
     measures whether the judge adds, like every other candidate.  With more sets (the paper's way,
     opt-in), each set is judged on the same training rows (not used as demonstrations) and the set
     with the best Kendall τ wins; that costs ``example_sets`` × ``example_eval_rows`` judge calls,
-    measured at 40-49 % of a fit's tokens (issue 22)."""
+    measured at 40-49 % of a fit's tokens."""
     q = quintile_scores(y)
     n = len(y)
     demo_sets = [typical_demonstrations(inputs, outputs, y, rng) for _s in range(max(1, counts.example_sets))]

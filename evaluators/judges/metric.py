@@ -133,7 +133,7 @@ def shared_affixes(texts: list[str], min_chars: int = _MIN_AFFIX) -> tuple[str, 
     """(opening, ending) that every text shares, each cut back to a line or word boundary and kept
     only when at least ``min_chars`` long; ("", "") for fewer than 3 texts or when all are equal.
     A prompt template that wraps every input is the common case: a judge that sees the first 400
-    characters of each input sees only the template (issue 22: 697 shared characters)."""
+    characters of each input sees only the template (697 shared characters on a code-review set)."""
     texts = [t or "" for t in texts]
     if len(texts) < 3 or len(set(texts)) < 2:
         return "", ""

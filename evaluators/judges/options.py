@@ -24,8 +24,8 @@ class GeneratorCounts:
     n_example: int = 1
     n_optimized: int = 1
     # demonstration sets of the example-based judge; 1: chosen without judge calls (more: the best set by
-    # tau on example_eval_rows training rows, example_sets x example_eval_rows calls; issue 22 measured that
-    # at 40-49 % of a fit's tokens)
+    # tau on example_eval_rows training rows, example_sets x example_eval_rows calls, measured at
+    # 40-49 % of a fit's tokens)
     example_sets: int = 1
     example_eval_rows: int = 30  # training rows used to pick the best set (example_sets > 1)
     optimized_trials: int = 4  # MIPROv2 trials
@@ -49,7 +49,7 @@ class ScreeningOptions:
     Small rounds are noisy (24 rows can be four input groups), so an early round drops a candidate
     only when it is shown not to add: its gain's upper bound (gain + ``z`` cluster-bootstrap
     standard errors) is not above ``min_gain``; a round holds at least ``min_groups`` input groups.  Measured with known-signal judges
-    (tests/benchmarks/judge_signal.py, issue 22): the best-1/eta rule on point estimates lost a
+    (tests/benchmarks/judge_signal.py): the best-1/eta rule on point estimates lost a
     judge with τ 0.35 in round one on 1 seed of 3."""
 
     first_rows: int | None = None  # rows of the first round (None: a quarter of the training rows, 16..32)

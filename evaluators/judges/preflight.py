@@ -67,7 +67,7 @@ def dry_run(lab, opts, train_pos, task, bank_used, top_n, *, judge: LLMClient | 
 def pace(clients, lab, task, measured: Speed | None = None) -> list[str]:
     """Give each client a measured speed, so its per-call timeouts follow it
     (:meth:`LLMClient.timeouts`): ``measured`` (the budget's warm-up) for the judge, else two
-    warm-up calls to the embedded server (issue 22: one criteria-generation call of a 1.5B model
+    warm-up calls to the embedded server (measured: one criteria-generation call of a 1.5B model
     took 262 s against a fixed 120 s timeout).  Remote endpoints keep their configured timeouts."""
     said = []
     for c in dict.fromkeys(clients):

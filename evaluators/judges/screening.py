@@ -2,7 +2,7 @@
 rest of the rows only when it adds something to the evaluator.
 
 Why: scoring every generated judge on every row is what a fit spends its LLM tokens on, and on
-small data most judges add nothing (issue 16: 339 judge calls, no judge selected, and the fit did
+small data most judges add nothing (measured: 339 judge calls, no judge selected, and the fit did
 not know until every judge had scored every row).  The :class:`Screener` runs successive halving:
 every candidate scores a small subset of the training rows (whole input groups, balanced over
 label strata), the best 1/eta (at least two) of those that add to the evaluator go on to eta

@@ -7,8 +7,7 @@ continuous worker refits on (latest feedback per trace, numeric labels, traces w
 output), so a fit by hand and the worker's refit see the same rows and cannot drift apart.
 
 Why the URL is recognised here, before anything becomes a ``Path``: ``Path("sqlite:////a/b.db")``
-collapses the slashes to ``sqlite:/a/b.db``, which is how the URL used to reach the file reader
-mangled.  A SQLite URL or path must name an existing file (opening a missing one would create an
+collapses the slashes to ``sqlite:/a/b.db``, which no file reader can open.  A SQLite URL or path must name an existing file (opening a missing one would create an
 empty store and then report "no traces"), and an empty result is explained: which projects and
 feedback names the store does hold, so the user can fix ``--project`` / ``--target``.
 """

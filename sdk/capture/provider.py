@@ -3,7 +3,7 @@ own (``configure(tracer_provider=app_provider)``) so the app's APM and the trace
 
 With the private provider, every span it makes (``@observe`` calls and instrumented LLM client
 calls, :mod:`autometrics.capture.instrumentation`) goes to the store, and the application's global
-provider is never touched.  The price is issue 12's split tree: an app span opened *inside* an
+provider is never touched.  The price is a split tree: an app span opened *inside* an
 observed call has a parent that the app's exporter never receives.
 
 With the application's provider, ``@observe`` and the instrumented clients create their spans

@@ -1,4 +1,4 @@
-"""Do the LLM judges earn their tokens under a wall-clock budget?  (issue 16's benchmark)
+"""Do the LLM judges earn their tokens under a wall-clock budget? 
 
 For each dataset and seed, one full AutoMetrics fit with the embedded judge and ``--budget``
 (default paper counts: 10 single, 5 rubric, 1 example, 1 optimized judge, 2 code metrics and the

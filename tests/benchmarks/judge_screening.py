@@ -1,4 +1,4 @@
-"""Screening candidate judges vs scoring every candidate on every row (issue 16): judge tokens and
+"""Screening candidate judges vs scoring every candidate on every row: judge tokens and
 held-out Kendall τ for the same candidates, the same data and the same seeds.
 
     python tests/benchmarks/judge_screening.py                          # simpeval, scripted judges, 3 seeds

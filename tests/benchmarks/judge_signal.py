@@ -1,4 +1,4 @@
-"""Judges with a known signal (issue 22): does the full LLM path keep the judges that carry signal,
+"""Judges with a known signal: does the full LLM path keep the judges that carry signal,
 use the one that reliably disagrees reversed, drop the noise, and gain what an oracle gains?
 
     python tests/benchmarks/judge_signal.py                       # simpeval, 80 training labels, 10 seeds

@@ -9,7 +9,7 @@ the figures are per-call wall time of a tight loop (the worst case: real calls t
 milliseconds and leave the exporters idle time).
 
 The second table (``--part clients``, run in a fresh interpreter so each SDK starts clean) is the
-issue-12 comparison with client instrumentation on: an ``openai`` client call to a loopback
+comparison with client instrumentation on: an ``openai`` client call to a loopback
 OpenAI-compatible endpoint (tests/fake_llm_server.py, in a child process so its request handling
 does not share our GIL) made inside ``@autometrics.observe`` with ``autometrics.instrument("openai")``
 (the official OpenTelemetry OpenAI instrumentation writing a GenAI client span into the SQLite

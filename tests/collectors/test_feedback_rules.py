@@ -167,7 +167,7 @@ def test_default_mode_never_raises_and_logs_each_reason(capture, store_url, capl
 
 
 def test_null_or_dict_never_replaces_a_good_label(capture, store_url, store_collector):
-    """Issue 12 §4: ``{"value": null}`` over HTTP and ``feedback(t, "thumbs", {"a": 1})``
+    """``{"value": null}`` over HTTP and ``feedback(t, "thumbs", {"a": 1})``
     in-process replaced thumbs=True in the training frame; Likert 99/-1/4.5 made a mean of 22.3."""
     store = store_collector.store
     t = "c" * 32

@@ -1,6 +1,6 @@
 """Several processes opening one new SQLite store at once: exactly one migrates, the others wait
-and find nothing left to do (before the fix, 15 of 15 trials of 4 openers failed on
-``schema_version``'s key)."""
+and find nothing left to do (without the lock they race: 15 of 15 trials of 4 openers failed
+on ``schema_version``'s key)."""
 
 from __future__ import annotations
 

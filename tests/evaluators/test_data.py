@@ -181,7 +181,7 @@ def test_every_shared_dataset_loads(datasets_dir):
     assert load_dataset(datasets_dir / "simpda.csv", "meaning").labels["meaning"].kind == "z_score"
 
 
-# ------------------------------------------------------------------ issue 14: file shapes and label kinds
+# ------------------------------------------------------------------ file shapes and label kinds
 def test_mixed_label_kinds_are_refused_with_rows_not_mapped():
     df = _frame(n=30)
     df["score"] = (np.arange(30) * 3 + 10).astype(object)  # a 10-97 scale

@@ -88,7 +88,7 @@ def test_broken_metric_is_skipped_not_fatal():
 
 
 def test_default_regression_is_sign_constrained_and_recorded(simpeval_fit):
-    """Issue 13: NNLS by default; each weight agrees in sign with its metric's train tau, no two
+    """NNLS by default; each weight agrees in sign with its metric's train tau, no two
     selected metrics are near-duplicates (each lists the ones it stands for), and the fit shows
     the best single metric and the black-box reference on the same split."""
     a = simpeval_fit.evaluator.artifact

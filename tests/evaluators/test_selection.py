@@ -188,7 +188,7 @@ def test_choose_regression_prefers_simpler_with_few_labels():
 
 def test_required_columns_enter_oriented_by_their_tau_and_do_not_count_against_top_n():
     """A judge that passed screening (required) is not lost to first-stage weights among
-    correlated bank metrics, and one that reliably disagrees enters reversed (issue 22)."""
+    correlated bank metrics, and one that reliably disagrees enters reversed."""
     rng = np.random.default_rng(3)
     n = 120
     y = rng.normal(size=n)

@@ -1,5 +1,5 @@
 """Every bad flag or input file is one `error:` line and exit status 2, before any expensive step,
-and a failed run never loses or changes what an earlier run wrote (issue 14, classes 1-4).
+and a failed run never loses or changes what an earlier run wrote.
 
 Each failing run points --out at a copy of a good evaluator folder from an earlier fit and checks
 afterwards that the folder is byte-identical (no file replaced, none half-written, no temporary

@@ -1,4 +1,4 @@
-"""Issue 23, the last probe failures: a full disk and a symlink loop are named with their path and
+"""The last probe failures: a full disk and a symlink loop are named with their path and
 the fix; a killed or terminated run leaves no temporary behind; an evaluator.json with a
 format_version the package does not know is refused; NUL bytes in feedback are refused with the
 field named; a comment cut to the limit carries a marker and is counted in the answer."""

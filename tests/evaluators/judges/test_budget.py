@@ -1,5 +1,5 @@
 """Budgets (``fit --budget 20m`` / ``--max-judge-tokens N``), the dry run's measured time estimate,
-``fit --max-rows`` and what ``fit`` prints about every candidate (issue 16), against the fake and
+``fit --max-rows`` and what ``fit`` prints about every candidate, against the fake and
 the scripted fake OpenAI-compatible servers."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Criteria that are not generic (issue 16): the filters on generated criteria, contrastive
+"""Criteria that are not generic: the filters on generated criteria, contrastive
 pairs, the rubric direction check, and generation through the fake OpenAI-compatible server
 where the generator returns copied, comparative, numbered, duplicate and generic criteria."""
 
@@ -29,7 +29,7 @@ from fake_llm_server import FakeLLMServer
 
 
 @pytest.mark.parametrize("raw, clean", [
-    ("1_politeness", "politeness"),  # measured in issue 16: numbering leaked into the feature name
+    ("1_politeness", "politeness"),  # measured: numbering leaked into the feature name
     ("[1] Politeness", "Politeness"),
     ("**2. Meaning preservation**", "Meaning preservation"),
     ("- 3) Word choice", "Word choice"),
@@ -56,7 +56,7 @@ def test_parser_keeps_hyphenated_names_and_bracketed_numbering_for_the_checks():
 
 
 @pytest.mark.parametrize("name, desc", [
-    ("1_politeness", "[1] Politeness — the reply thanks the customer…"),  # verbatim from issue 16
+    ("1_politeness", "[1] Politeness — the reply thanks the customer…"),  # verbatim from a generated criterion
     ("[1] Politeness — the reply thanks the customer…", ""),
     ("Politeness", "The reply thanks the customer and avoids blunt wording."),
     ("Courtesy", "the response thanks the user and avoids rude wording"),
@@ -187,7 +187,7 @@ GOOD_RUBRIC = {"1": "The sentence is as complex as the original or harder to rea
                "3": "The sentence is moderately simpler; some difficult words remain.",
                "4": "The sentence is simple and easy to read, with only minor difficult words.",
                "5": "The sentence is very simple, uses common words, and is easy to read for everyone."}
-# issue 16: "a SimpEval rubric whose level 1 describes a good sentence (inverted) was accepted"
+# measured: "a SimpEval rubric whose level 1 describes a good sentence (inverted) was accepted"
 INVERTED_RUBRIC = {"1": "The simplified sentence is clear, fluent and preserves all of the original meaning.",
                    "2": "The simplified sentence is mostly clear and keeps most of the meaning.",
                    "3": "The sentence is somewhat unclear and loses some meaning.",

@@ -1,4 +1,4 @@
-"""The candidates a fit adds next to the LLM judges (issue 16): code metrics written by the
+"""The candidates a fit adds next to the LLM judges: code metrics written by the
 generator LLM and run in the sandbox, the nearest-exemplar metric, and the retrieval policy
 that picks which model-based MetricBank metrics are scored.  Each goes through the same
 screening and selection as a judge, is stored in the evaluator, re-runs when a loaded evaluator

@@ -1,4 +1,4 @@
-"""Before the first judge call (issue 22): text every row shares is elided from what judges read,
+"""Before the first judge call: text every row shares is elided from what judges read,
 per-call timeouts follow the measured server speed, and the fit's judge-prompt tokens are
 counted against the floor (each judged case once) and what a prefix cache could reuse."""
 
@@ -119,7 +119,7 @@ def test_per_call_timeouts_follow_the_measured_speed(fake, client_for):
 
 def test_example_judge_demonstrations_cost_no_judge_calls(fake, client_for):
     """The default example judge picks one demonstration per label quintile without asking the judge
-    (issue 22: choosing among 5 sets by judge calls was 40-49 % of a fit's tokens), from distinct
+    (choosing among 5 sets by judge calls was 40-49 % of a fit's tokens), from distinct
     inputs where a level has several."""
     from autometrics.evaluators.judges.generate import example_judge, typical_demonstrations
     from autometrics.evaluators.judges.options import GeneratorCounts

@@ -1,4 +1,4 @@
-"""Screening candidate judges before paying for them (issue 16), against the scripted fake server
+"""Screening candidate judges before paying for them, against the scripted fake server
 (tests/scripted_judge_server.py): one judge carries the human signal, the others are noise."""
 
 from __future__ import annotations
