@@ -44,7 +44,7 @@ from autometrics.evaluators.validity import (
     holdout_validity,
 )
 
-__all__ = ["FitResult", "fit_on_features", "fold_selector", "candidate_fates", "MIN_LABELS_FOR_CONFIDENCE", "DEFAULT_REGRESSION", "REGRESSIONS"]
+__all__ = ["FitResult", "fit_on_features", "fold_selector", "feature_fates", "MIN_LABELS_FOR_CONFIDENCE", "DEFAULT_REGRESSION", "REGRESSIONS"]
 
 #: sign-constrained NNLS with near-duplicate collapsing: measured best on the 16 shared targets
 #: (tests/benchmarks/regression_compare.py: mean held-out tau 0.332 vs 0.290 for the paper's PLS)
@@ -72,7 +72,7 @@ def _feature_tau(values: np.ndarray, y: np.ndarray) -> float:
     return kendall_tau(values, y)[0]
 
 
-def candidate_fates(selector, names: list[str], generated) -> list[str]:
+def feature_fates(selector, names: list[str], generated) -> list[str]:
     """Why each candidate is in the evaluator or not, read from a fitted selector: ``kept``,
     ``constant`` (no variation on the training rows), ``negative weight`` (a generated metric that
     disagrees with the labels: dropped, since a judge is written so that higher is better),
@@ -238,7 +238,7 @@ def fit_on_features(
         best = {"feature": names[best.pop("index")], **best}
 
     # per-candidate agreement (train: the rows the evaluator was fitted on; test: held-out rows only)
-    fates = candidate_fates(selector, names, generated)
+    fates = feature_fates(selector, names, generated)
     rows = []
     for j, name in enumerate(names):
         rows.append(

@@ -27,7 +27,7 @@ from autometrics.collectors.files import data_path
 from autometrics.errors import UserError
 from autometrics.evaluators.llm.cache import KeyValueCache, digest
 
-__all__ = ["PERTURBATIONS", "Perturbation", "PerturbationCache", "Perturber", "Perturbed", "default_cache_path", "split_sentences"]
+__all__ = ["PERTURBATIONS", "Perturbation", "PerturbationCache", "Perturber", "Perturbed", "default_cache_path", "perturbation_sentences"]
 
 log = logging.getLogger("autometrics")
 
@@ -117,9 +117,11 @@ class PerturbationCache(KeyValueCache):
 # ----------------------------------------------------------------------------- rule-based
 
 
-def split_sentences(text: str) -> list[str]:
-    """Sentences end at . ! or ? followed by whitespace (a plain rule: abbreviations like
-    "Dr." split too)."""
+def perturbation_sentences(text: str) -> list[str]:
+    """The units a shuffle or drop perturbation moves: pieces that end at . ! or ? followed by
+    whitespace (a plain rule: "Dr." splits too).  Not MetricBank's sentence splitter, which also
+    breaks at newlines and wants a capital next: a perturbation must keep every character of the
+    text, line breaks included, so it can only cut where the text has a space."""
     return [s for s in re.split(r"(?<=[.!?])\s+(?=\S)", text.strip()) if s]
 
 
@@ -141,13 +143,13 @@ def _derangement(items: list, rng: random.Random) -> list | None:
 
 
 def _reorder_sentences(text: str, rng: random.Random, wordnet=None) -> str | None:
-    sents = split_sentences(text)
+    sents = perturbation_sentences(text)
     order = _derangement(sents, rng)
     return " ".join(order) if order else None
 
 
 def _drop_sentences(text: str, rng: random.Random, wordnet=None) -> str | None:
-    sents = split_sentences(text)
+    sents = perturbation_sentences(text)
     if len(sents) < 2:
         return None
     k = max(1, len(sents) // 3)

@@ -44,7 +44,7 @@ from autometrics.evaluators.fit import fit_evaluator
 from autometrics.evaluators.stats import bootstrap_taus as _bootstrap
 from autometrics.evaluators.stats import kendall_tau
 
-__all__ = ["DEFAULT_SIZES", "ScalingResult", "run_scaling", "scaling_sizes", "bootstrap_taus", "markdown_section",
+__all__ = ["DEFAULT_SIZES", "ScalingResult", "run_scaling", "scaling_sizes", "taus_with_bootstrap", "markdown_section",
            "svg_plot"]
 
 log = logging.getLogger("autometrics")
@@ -79,7 +79,7 @@ def _order(pool: np.ndarray, y: np.ndarray, rng: np.random.Generator) -> np.ndar
 # ---------------------------------------------------------------------------- bootstrap
 
 
-def bootstrap_taus(preds: np.ndarray, y: np.ndarray, *, n_boot: int = 500, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+def taus_with_bootstrap(preds: np.ndarray, y: np.ndarray, *, n_boot: int = 500, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
     """Kendall τ-b of every row of ``preds`` (K × n) against ``y`` on the full test set and on
     ``n_boot`` shared bootstrap resamples of the test rows (:func:`autometrics.evaluators.stats.bootstrap_taus`).
     NaN predictions drop their row.  Returns (tau of shape K, boot of shape K × n_boot)."""
@@ -212,7 +212,7 @@ def run_scaling(
                 preds.append(p)
             echo(f"scaling: {arm} n={n} done")
 
-    tau, boot = bootstrap_taus(np.vstack(preds), y_test, n_boot=n_boot, seed=seed)
+    tau, boot = taus_with_bootstrap(np.vstack(preds), y_test, n_boot=n_boot, seed=seed)
     table = pd.DataFrame(records)
     table["tau"] = tau
     table["n_test"] = len(test_rows)

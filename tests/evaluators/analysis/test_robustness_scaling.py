@@ -9,9 +9,9 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
-from autometrics.evaluators.analysis.perturb import PERTURBATIONS, PerturbationCache, Perturber, split_sentences
+from autometrics.evaluators.analysis.perturb import PERTURBATIONS, PerturbationCache, Perturber, perturbation_sentences
 from autometrics.evaluators.analysis.robustness import as_scorer, run_robustness, sensitivity, stability
-from autometrics.evaluators.analysis.scaling import bootstrap_taus, run_scaling, scaling_sizes
+from autometrics.evaluators.analysis.scaling import run_scaling, scaling_sizes, taus_with_bootstrap
 from autometrics.evaluators.fit import Evaluator, fit_evaluator
 from autometrics.evaluators.llm.client import LLMClient, LLMConfig
 from autometrics.evaluators.report import attach_analyses, write_reports
@@ -44,18 +44,18 @@ def test_rule_perturbations_are_seeded_deterministic_and_cached(tmp_path):
         words = t.split()
         assert p.status == "ok" and p.text.split() == words[: math.ceil(len(words) / 2)]
     for t, p in zip(TEXTS, first["reorder_sentences"], strict=True):
-        if len(split_sentences(t)) < 2:
+        if len(perturbation_sentences(t)) < 2:
             assert p.status == "not_applicable" and p.text is None
         else:
-            assert p.text != t and sorted(split_sentences(p.text)) == sorted(split_sentences(t))
+            assert p.text != t and sorted(perturbation_sentences(p.text)) == sorted(perturbation_sentences(t))
     for t, p in zip(TEXTS, first["shuffle_words"], strict=True):
         assert p.text != t and sorted(p.text.split()) == sorted(t.split())
     for t, p in zip(TEXTS, first["drop_sentences"], strict=True):
-        sents = split_sentences(t)
+        sents = perturbation_sentences(t)
         if len(sents) < 2:
             assert p.status == "not_applicable"
         else:
-            kept = split_sentences(p.text)
+            kept = perturbation_sentences(p.text)
             assert 1 <= len(kept) < len(sents) and set(kept) <= set(sents)
 
     # same seed, no cache: the same perturbations; order of the batch does not matter
@@ -208,7 +208,7 @@ def test_bootstrap_taus_equal_scipy():
     y = rng.integers(1, 6, 50).astype(float)  # ties on purpose
     preds = np.vstack([y + rng.normal(0, 1, 50), rng.normal(0, 1, 50)])
     preds[1, 3] = np.nan
-    tau, boot = bootstrap_taus(preds, y, n_boot=20, seed=3)
+    tau, boot = taus_with_bootstrap(preds, y, n_boot=20, seed=3)
     assert tau[0] == pytest.approx(kendall_tau(preds[0], y)[0], abs=1e-12)
     assert tau[1] == pytest.approx(kendall_tau(preds[1], y)[0], abs=1e-12)
     idx = np.random.default_rng(3).integers(0, 50, (20, 50))[4]  # the 5th resample, drawn the same way
