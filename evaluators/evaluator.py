@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from autometrics.collectors.files import atomic_write_text, dumps
+from autometrics.collectors.files import atomic_write_files, dumps
 from autometrics.errors import DataError, MissingFile, UserError
 from autometrics.evaluators.data import load_dataset, read_table
 from autometrics.evaluators.features import metric_from_artifact_spec, score_metrics
@@ -137,10 +137,12 @@ class Evaluator:
         ev.source = str(path)
         return ev
 
-    def save(self, path) -> Path:
+    def save(self, path, *, beside: dict | None = None) -> Path:
+        """Write the artifact to ``path`` (the one writer of ``evaluator.json``), and the files in
+        ``beside`` (path -> text: its reports) in the same step: a failure leaves every target as it
+        was, so a folder never holds a new evaluator next to an old report."""
         path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write_text(path, dumps(self.artifact, indent=2) + "\n")
+        atomic_write_files({path: dumps(self.artifact, indent=2) + "\n", **(beside or {})})
         return path
 
     # ------------------------------------------------------------ properties

@@ -461,16 +461,10 @@ def attach_analyses(result: FitResult, *, scaling=None, robustness=None) -> FitR
 
 def write_reports(result: FitResult, out_dir) -> dict[str, Path]:
     """evaluator.json, report.md and report.html in ``out_dir``, as one step: all three are rendered
-    first and then written with :func:`atomic_write_files`, so a run that fails (in rendering, on a
+    first and then written in one step (:meth:`Evaluator.save`), so a run that fails (in rendering, on a
     full disk, interrupted) leaves a previous run's three files as they were."""
-    from autometrics.collectors.files import atomic_write_files, dumps
-
     out = Path(out_dir)
     paths = {"evaluator": out / "evaluator.json", "markdown": out / "report.md", "html": out / "report.html"}
-    texts = {
-        paths["evaluator"]: dumps(result.evaluator.artifact, indent=2) + "\n",
-        paths["markdown"]: render_markdown(result),
-        paths["html"]: render_html(result),
-    }
-    atomic_write_files(texts)
+    reports = {paths["markdown"]: render_markdown(result), paths["html"]: render_html(result)}  # rendered before any write
+    result.evaluator.save(paths["evaluator"], beside=reports)
     return paths

@@ -353,11 +353,11 @@ def cmd_versions(args) -> int:
         if args.out:
             from pathlib import Path
 
-            from autometrics.collectors.files import atomic_write_files, dumps
+            from autometrics.evaluators.evaluator import Evaluator
 
             out = Path(args.out)
             report = mon.store.version_report(x["id"])
-            atomic_write_files({out / "evaluator.json": dumps(x["artifact"], indent=2) + "\n", out / "report.md": report or ""})
+            Evaluator(x["artifact"]).save(out / "evaluator.json", beside={out / "report.md": report or ""})
             print(f"  wrote {out / 'evaluator.json'}, {out / 'report.md'}")
         return 0
     if args.versions_command == "compare":
