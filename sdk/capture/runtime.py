@@ -67,9 +67,10 @@ class _Runtime:
         self.langfuse = None
         if _langfuse_wanted(cfg.langfuse):
             try:
-                from ..collectors.langfuse_export import LangfuseExport
+                from ..collectors.langfuse_client import LangfuseClient
 
-                self.langfuse = LangfuseExport(self.provider, counters=self.counters, errors=self.errors)
+                self.langfuse = LangfuseClient(tracer_provider=self.provider, export_spans=True, counters=self.counters,
+                                               errors=self.errors)
             except Exception as exc:
                 self.errors.warning("langfuse-init", "autometrics: Langfuse export disabled: %s: %s", type(exc).__name__, exc)
         self.tracer = self.provider.get_tracer(SCOPE)
