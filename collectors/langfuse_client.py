@@ -25,7 +25,10 @@ scores it cannot serialise or that are too big without telling anyone, and ``flu
 whether anything arrived; counting those losses means patching its private uploader.  So every
 score is sent through the API client, one request being one attempt (``max_retries=0``: no retry
 hidden inside a request), and a score counts as delivered only when Langfuse answered 2xx to the
-request carrying it.  Nothing is lost without a counter and a log line.
+request carrying it.  That acknowledgement is also what the worker needs before it marks a trace's
+scores pushed in the store, so both kinds of score now mean the same thing by "sent".  A request
+blocks, so feedback scores are sent from this client's own thread: ``feedback()`` never waits on
+Langfuse.  Nothing is lost without a counter and a log line.
 
 The retry rule (:class:`RetryRule`), the same for every score:
 
@@ -38,16 +41,22 @@ The retry rule (:class:`RetryRule`), the same for every score:
   pauses sending: scores not tried yet wait without using an attempt.  Another 4xx (wrong keys, a
   bad URL) is retried the same way: an operator can fix those while the attempts last.
 - where a score waits between attempts depends on who holds it: feedback scores wait in this
-  client's bounded in-memory queue (delay 0.5 s, doubling, at most 2 s: feedback must not pile up
-  in the application; see :meth:`LangfuseClient.enqueue`); evaluator scores wait in the trace store
-  until the worker's next cycle (``autometrics.dashboards.langfuse_push.push_pending``).  Scores
-  still queued at shutdown get one last attempt within the shutdown's time, and the rest are lost.
+  client's bounded in-memory queue (0.5 s, doubling, at most 2 s: about 15 s from the first failure
+  to the last attempt; the queue lives in the application, so it bridges short outages only, while
+  the feedback itself is kept by the trace store whatever Langfuse does; see
+  :meth:`LangfuseClient.enqueue`); evaluator scores wait in the trace store until the worker's next
+  cycle (``autometrics.dashboards.langfuse_push.push_pending``).  At
+  shutdown, queued scores get one last attempt within the shutdown's time while Langfuse answers;
+  what that cannot deliver is counted lost.
 
 Counters (in ``autometrics.stats()`` for the SDK, in /health for the collector):
 ``langfuse_scores_queued`` (feedback scores accepted into the queue), ``langfuse_score_attempts``
-(one per score per attempt), ``langfuse_scores_sent``, ``langfuse_scores_rejected``,
+(one per score per attempt; an evaluator score whose score configs were unavailable had an attempt
+that ended before the request), ``langfuse_scores_sent``, ``langfuse_scores_rejected``,
 ``langfuse_scores_retried``, ``langfuse_scores_lost`` and ``langfuse_errors`` (failed requests,
-score configs included).  Every attempt ends as sent, rejected, retried or lost.
+score configs included).  Per score, each attempt ends as sent, rejected, retried or lost; a score
+lost before any attempt (queue full or closed, not JSON, alone over the request size limit, not
+reached at shutdown) counts only as lost.
 """
 
 from __future__ import annotations
@@ -225,6 +234,7 @@ class LangfuseClient:
         self._inflight = 0
         self._pause_until = 0.0
         self._closing = False
+        self._deadline = 0.0  # of the shutdown, once closing
         self._thread: threading.Thread | None = None
         if sdk is not None:  # an SDK client made by the caller (its settings are its own)
             self.sdk, self.settings, self.timeout = sdk, None, int(timeout or 10)
@@ -369,11 +379,19 @@ class LangfuseClient:
             self.errors.warning("langfuse-score", "autometrics: Langfuse score not queued: %s: %s", type(exc).__name__, exc)
 
     def enqueue(self, bodies: list[dict]) -> int:
-        """Queue scores for delivery under the retry rule; returns how many were taken (the others,
-        queue full or client closed, are counted lost)."""
+        """Queue scores for delivery under the retry rule; returns how many were taken.  The others
+        are counted lost at once: not JSON, alone over the request size limit (no attempt could
+        succeed), the queue full or the client closed."""
+        fit = []
+        for b in bodies:
+            try:
+                if _size(b) + 2 <= MAX_BODY_BYTES:
+                    fit.append(b)
+            except (TypeError, ValueError):
+                pass
         with self._cv:
             room = 0 if self._closing else max(0, self.max_pending - len(self._q) - self._inflight)
-            taken = bodies[:room]
+            taken = fit[:room]
             self._q.extend([b, 0, 0.0] for b in taken)
             if taken and self._thread is None:
                 self._thread = threading.Thread(target=self._run, daemon=True, name="autometrics-langfuse-scores")
@@ -381,9 +399,11 @@ class LangfuseClient:
             self._cv.notify_all()
         self.counters.add("langfuse_scores_queued", len(taken))
         if len(taken) < len(bodies):
+            why = "not JSON or over the request size limit" if len(fit) < len(bodies) else (
+                "the score queue is closed" if self._closing else "the score queue is full")
             self.counters.add("langfuse_scores_lost", len(bodies) - len(taken))
-            self.errors.warning("langfuse-lost-scores", "autometrics: %d Langfuse score(s) lost: the score queue is %s; "
-                                "see autometrics.stats()", len(bodies) - len(taken), "closed" if self._closing else "full")
+            self.errors.warning("langfuse-lost-scores", "autometrics: %d Langfuse score(s) lost: %s; see autometrics.stats()",
+                                len(bodies) - len(taken), why)
         return len(taken)
 
     def _take(self) -> list | None:
@@ -421,10 +441,17 @@ class LangfuseClient:
                 if batch is None:
                     return
                 closing = self._closing
-            d = self.deliver([p[0] for p in batch])
+            # at shutdown the last attempt must end within the shutdown's time
+            left = self._deadline - time.monotonic() if closing else None
+            d = self.deliver([p[0] for p in batch], None if left is None else min(self.timeout, max(1.0, left)))
             with self._cv:
-                if not d.ok:
-                    self._failed(batch, d, closing)
+                try:
+                    if not d.ok:
+                        self._failed(batch, d, closing)
+                except Exception as exc:  # the thread must keep serving the queue
+                    self.counters.add("langfuse_scores_lost", len(batch))
+                    self.errors.warning("langfuse-lost-scores", "autometrics: %d Langfuse score(s) lost: %s: %s",
+                                        len(batch), type(exc).__name__, exc)
                 self._inflight = 0
                 self._cv.notify_all()
 
@@ -464,21 +491,29 @@ class LangfuseClient:
     # ---- lifecycle (bounded: a down Langfuse cannot hold the application)
     def flush(self, timeout: float = 10.0) -> bool:
         """Wait (at most ``timeout``) until every queued score was delivered or given up and the
-        SDK's spans were exported; True when all of that finished in time."""
+        SDK's spans were exported; True when all of that finished in time and no score was lost
+        or rejected meanwhile."""
         deadline = time.monotonic() + timeout
+        before = self._losses()
         with self._cv:
             while self._q or self._inflight:
                 left = deadline - time.monotonic()
                 if left <= 0 or self._thread is None or not self._thread.is_alive():
                     return False
                 self._cv.wait(min(left, 0.1))
-        return _bounded(self.sdk.flush, max(0.1, deadline - time.monotonic()), self.errors)
+        done = _bounded(self.sdk.flush, max(0.1, deadline - time.monotonic()), self.errors)
+        return done and self._losses() == before
+
+    def _losses(self) -> int:
+        c = self.counters.snapshot()
+        return c.get("langfuse_scores_lost", 0) + c.get("langfuse_scores_rejected", 0)
 
     def shutdown(self, timeout: float = 5.0) -> bool:
         """Give queued scores one last attempt, count what is left as lost, stop the SDK."""
         deadline = time.monotonic() + timeout
         with self._cv:
             self._closing = True
+            self._deadline = deadline
             self._cv.notify_all()
         if self._thread is not None:
             self._thread.join(max(0.0, deadline - time.monotonic()))

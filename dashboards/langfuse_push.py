@@ -300,12 +300,12 @@ def _failed(pusher: LangfusePush, what: str, keys: list[str], sizes: dict[str, i
                   "(set push_attempts to NULL in the store to retry)", len(keys) - len(retry), what, max_attempts, error)
 
 
-def push_pending(monitor, pusher: LangfusePush, *, limit: int = 2000, max_attempts: int = DEFAULT_MAX_PUSH_ATTEMPTS) -> dict:
+def push_pending(monitor, pusher: LangfusePush, *, limit: int = 2000, max_attempts: int | None = None) -> dict:
     """Deliver the champion's undelivered scores and the undelivered alerts to Langfuse.
 
     A trace's scores (an alert) are marked pushed only once Langfuse acknowledged the request
     holding them; a failed attempt is recorded and retried on the next call, at most
-    ``max_attempts`` times in all.  A retryable failure (down, 5xx, 429, timeout) ends this call:
+    ``max_attempts`` times in all (default: the client's retry rule, 10).  A retryable failure (down, 5xx, 429, timeout) ends this call:
     what was not tried waits for the next one without using up an attempt.
 
     Returns counts: ``scores`` / ``alerts`` delivered, ``failed`` (traces and alerts whose
@@ -314,7 +314,7 @@ def push_pending(monitor, pusher: LangfusePush, *, limit: int = 2000, max_attemp
     """
     out = {"scores": 0, "alerts": 0, "failed": 0, "given_up": 0}
     try:
-        _push_pending(monitor, pusher, limit, max(1, int(max_attempts)), out)
+        _push_pending(monitor, pusher, limit, max(1, int(max_attempts or pusher.langfuse.retry.max_attempts)), out)
     except Exception as exc:  # a store fault must not stop the worker
         out["error"] = f"{type(exc).__name__}: {str(exc)[:200]}"
         log.warning("Langfuse push stopped: %s", out["error"])
