@@ -379,10 +379,10 @@ class CollectorServer:
             self.errors.warning("store-open", "collector: store not opened at start: %s", type(exc).__name__)
         self.writer = GroupCommitWriter(self.store, self.counters, sink=self.sink)
         self.langfuse = None
-        from autometrics.collectors.langfuse_export import langfuse_configured
+        from autometrics.collectors.langfuse_client import langfuse_configured
 
         if langfuse != "off" and (langfuse == "on" or langfuse_configured()):
-            from autometrics.collectors.langfuse_export import LangfuseForwarder
+            from autometrics.collectors.langfuse_client import LangfuseForwarder
 
             self.langfuse = LangfuseForwarder(counters=self.counters, errors=self.errors)
         self.httpd = BoundedHTTPServer((host, port), _Handler, lim, ByteBudget(lim.memory_budget // 4), early=self._early,

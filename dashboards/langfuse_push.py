@@ -20,33 +20,34 @@ descriptions and categories.  Score ids are deterministic (trace, version, name)
 twice updates rather than duplicates.  Names follow Langfuse's config-name rule (<= 35 chars,
 letters, digits, ``_ .()-`` and spaces).
 
-Delivery is tracked, not assumed.  The SDK's ``create_score`` only queues a score: its
-background consumer drops a batch the server refused (after its own retries) and ``flush()``
-cannot tell whether anything arrived.  So scores go through the same SDK's API client
-(``client.api.scores.create``, i.e. ``POST /api/public/scores``) synchronously, in batches of
-whole traces, and :func:`push_pending` marks a trace's scores pushed (``pushed_at_ns``) only
-after Langfuse answered 2xx for the batch holding them.  A failed delivery (server down, 5xx,
-429, timeout) leaves them unpushed and records the attempt (``push_attempts``, ``push_error``);
-the next cycle retries them, up to ``max_attempts`` times, after which they are given up with an
-error log line.  A 207 (some scores rejected as invalid) counts as delivered: Langfuse asks
-clients not to retry such a batch, so the rejection is logged and kept in ``push_error``.
+Delivery goes through the package's one Langfuse client
+(:class:`~autometrics.collectors.langfuse_client.LangfuseClient`, whose docstring states the
+rule): one synchronous ``POST /api/public/scores`` per batch of whole traces, a score delivered
+only when Langfuse answered 2xx.  Between attempts the scores wait in the trace store:
+:func:`push_pending` marks a trace's scores pushed (``pushed_at_ns``) only after the batch holding
+them was acknowledged; a failed attempt is recorded (``push_attempts``, ``push_error``) and
+retried on the next cycle, up to ``max_attempts`` attempts, after which they are given up with an
+error log line.  A 207 (some scores rejected as invalid) counts as delivered and is not retried;
+the rejection is logged and kept in ``push_error``.  Outcomes are counted in the client's counters
+(``LangfusePush.stats()``) under the same names as feedback scores.
 
 Never raises into the worker: failures are counted in ``errors`` and logged without secrets.
 """
 
 from __future__ import annotations
 
-import datetime as dt
-import hashlib
 import json
 import logging
 import math
-import re
-import threading
 import uuid
-from dataclasses import dataclass
 
-from autometrics.collectors.langfuse_export import langfuse_configured  # noqa: F401  (one check, re-exported)
+from autometrics.collectors.langfuse_client import (  # noqa: F401  (re-exported: the one check, rule and name rule)
+    DEFAULT_MAX_ATTEMPTS,
+    Delivery,
+    LangfuseClient,
+    config_name,
+    langfuse_configured,
+)
 from autometrics.dashboards import figures as fig
 
 __all__ = ["LangfusePush", "Delivery", "config_name", "push_pending", "WARNING_CATEGORIES", "langfuse_configured",
@@ -64,18 +65,7 @@ VALIDITY_DESCRIPTION = ("Whether the AutoMetrics evaluator that scored this trac
                         "with human feedback is above chance (permutation p <= 0.05). Unvalidated scores may be noise.")
 _NS = uuid.UUID("5b0e6f1e-8d7c-4c1a-9a59-6a8f4f0a7c11")
 WARNING_DESCRIPTION = "Warnings and drift alerts about the AutoMetrics evaluator that scored this trace."
-DEFAULT_MAX_PUSH_ATTEMPTS = 10  # delivery attempts per trace's scores (and per alert) before giving up
-_MAX_BODY_BYTES = 900_000  # Langfuse's POST /api/public/scores takes at most 1 MiB
-
-
-def config_name(name: str) -> str:
-    """A valid Langfuse score-config name: allowed characters only, at most 35 characters
-    (a short hash keeps truncated names distinct)."""
-    clean = re.sub(r"[^A-Za-z0-9_ .()\-]", "_", name).strip() or "score"
-    if len(clean) <= 35:
-        return clean
-    h = hashlib.sha1(name.encode()).hexdigest()[:6]
-    return clean[:28].rstrip() + "-" + h
+DEFAULT_MAX_PUSH_ATTEMPTS = DEFAULT_MAX_ATTEMPTS  # delivery attempts per trace's scores (and per alert) before giving up
 
 
 def _score_id(*parts) -> str:
@@ -93,111 +83,57 @@ def _finite(v):
     return v
 
 
-def _describe(exc: BaseException) -> str:
-    """A short reason for a failed request (status and the server's message; never headers or keys)."""
-    status = getattr(exc, "status_code", None)
-    if status is not None:
-        body = getattr(exc, "body", None)
-        msg = body.get("message") if isinstance(body, dict) else body
-        return f"HTTP {status}" + (f": {str(msg)[:200]}" if msg else "")
-    return f"{type(exc).__name__}: {str(exc)[:200]}"
-
-
-def _retryable(exc: BaseException) -> bool:
-    """Worth trying again later: no answer (transport error, timeout), 429 or 5xx."""
-    status = getattr(exc, "status_code", None)
-    if status is None:
-        return True
-    return status == 429 or status >= 500
-
-
-@dataclass
-class Delivery:
-    """What happened to one ``POST /api/public/scores`` request."""
-
-    ok: bool  # Langfuse answered 2xx: the batch was delivered
-    n: int = 0  # scores in the request
-    rejected: int = 0  # of those, rejected as invalid (a 207 answer)
-    error: str | None = None  # why it failed, or what was rejected
-    retryable: bool = False  # a failure worth retrying (down, 5xx, 429, timeout)
-
-
 class LangfusePush:
-    """Langfuse client wrapper for the worker (its own tracer provider: installs nothing global)."""
+    """Builds the dashboard's scores and delivers them through a
+    :class:`~autometrics.collectors.langfuse_client.LangfuseClient` (``client``: one already made,
+    else one made from the arguments and ``LANGFUSE_*``; it installs nothing global)."""
 
     def __init__(self, *, public_key: str | None = None, secret_key: str | None = None, base_url: str | None = None,
                  client=None, timeout: int = 10, batch_size: int = 200):
-        self.errors = 0  # failed requests (configs and score deliveries)
-        self.sent = 0  # scores Langfuse acknowledged
-        self.rejected = 0  # scores Langfuse acknowledged but rejected as invalid (207)
-        self.last_error: str | None = None
-        self.timeout = int(timeout)
+        if isinstance(client, LangfuseClient):
+            self.langfuse = client
+        else:  # None, or an SDK ``Langfuse`` client made by the caller
+            self.langfuse = LangfuseClient(public_key=public_key, secret_key=secret_key, base_url=base_url, timeout=timeout,
+                                           batch_size=batch_size, sdk=client)
         self.batch_size = max(1, int(batch_size))
-        self._configs: dict[str, str] = {}
-        if client is not None:
-            self.client = client
-            return
-        from langfuse import Langfuse
-        from opentelemetry.sdk.trace import TracerProvider
 
-        self.client = Langfuse(public_key=public_key, secret_key=secret_key, base_url=base_url, timeout=timeout,
-                               tracer_provider=TracerProvider())
+    @property
+    def client(self):
+        """The ``langfuse`` SDK client (its ``api`` reaches the whole public API)."""
+        return self.langfuse.sdk
 
-    def _request_options(self) -> dict:
-        # no retries inside a cycle (the next cycle is the retry), and a bounded wait
-        return {"max_retries": 0, "timeout_in_seconds": self.timeout}
+    @property
+    def errors(self) -> int:
+        """Failed requests (score configs and score deliveries)."""
+        return self.langfuse.counters.snapshot().get("langfuse_errors", 0)
 
-    # ---- configs
-    def _load_configs(self) -> None:
-        page = 1
-        while page <= 20:  # bounded: 20 pages x 100 configs
-            res = self.client.api.score_configs.get(page=page, limit=100, request_options=self._request_options())
-            for c in res.data:
-                self._configs.setdefault(c.name, c.id)
-            total_pages = getattr(res.meta, "total_pages", 1) or 1
-            if page >= total_pages:
-                break
-            page += 1
+    @property
+    def sent(self) -> int:
+        """Scores Langfuse acknowledged."""
+        return self.langfuse.counters.snapshot().get("langfuse_scores_sent", 0)
 
-    def ensure_config(self, name: str, data_type: str, *, description: str | None = None, min_value=None, max_value=None,
-                      categories: list[str] | None = None) -> str | None:
+    @property
+    def rejected(self) -> int:
+        """Scores Langfuse acknowledged but rejected as invalid (207)."""
+        return self.langfuse.counters.snapshot().get("langfuse_scores_rejected", 0)
+
+    @property
+    def last_error(self) -> str | None:
+        return self.langfuse.last_error
+
+    def stats(self) -> dict[str, int]:
+        """The client's counters (``langfuse_scores_sent``, ``_lost``, ``_retried``, ...)."""
+        return self.langfuse.stats()
+
+    def ensure_config(self, name: str, data_type: str, **kwargs) -> str | None:
         """The id of the score config ``name`` (created when missing); None when Langfuse is unreachable."""
-        from langfuse.api.commons.types.config_category import ConfigCategory
+        return self.langfuse.score_config(name, data_type, **kwargs)
 
-        name = config_name(name)
-        if name in self._configs:
-            return self._configs[name]
-        try:
-            if not self._configs:
-                self._load_configs()
-            if name in self._configs:
-                return self._configs[name]
-            kwargs = {"name": name, "data_type": data_type}
-            if description:
-                kwargs["description"] = description[:1000]
-            if min_value is not None and math.isfinite(min_value):
-                kwargs["min_value"] = float(min_value)
-            if max_value is not None and math.isfinite(max_value):
-                kwargs["max_value"] = float(max_value)
-            if categories:
-                kwargs["categories"] = [ConfigCategory(label=c, value=float(i)) for i, c in enumerate(categories)]
-            cfg = self.client.api.score_configs.create(**kwargs, request_options=self._request_options())
-            self._configs[name] = cfg.id
-            return cfg.id
-        except Exception as exc:
-            self.errors += 1
-            self.last_error = f"score config {name!r} not available: {_describe(exc)}"
-            log.warning("Langfuse score config %r not created: %s", name, _describe(exc))
-            return None
-
-    # ---- score bodies (the API's JSON form, as the SDK's own consumer sends them)
     def _body(self, *, name: str, value, trace_id: str, score_id: str, data_type: str, config_id: str | None = None,
               comment: str | None = None, metadata: dict | None = None) -> dict:
-        body = {"id": score_id, "traceId": trace_id, "name": name, "value": value, "dataType": data_type, "configId": config_id,
-                "comment": comment, "metadata": _finite(metadata) if metadata is not None else None,
-                "environment": getattr(self.client, "_environment", None),
-                "timestamp": dt.datetime.now(dt.timezone.utc).isoformat().replace("+00:00", "Z")}
-        return {k: v for k, v in body.items() if v is not None}
+        return self.langfuse.score_body(id=score_id, traceId=trace_id, name=name, value=value, dataType=data_type,
+                                        configId=config_id, comment=comment,
+                                        metadata=_finite(metadata) if metadata is not None else None)
 
     def version_warnings(self, version: dict, alerts: list[dict] | None = None) -> list[tuple[str, str]]:
         """(category, message) warnings about an evaluator version: low significance, small n,
@@ -306,43 +242,14 @@ class LangfusePush:
                           data_type="CATEGORICAL", config_id=warn_id, comment=f"{fig.alert_figure(alert, None)}: {alert['message']}"[:4000],
                           metadata={"alert_id": alert["id"], "severity": alert["severity"], "kind": alert["kind"]})
 
-    # ---- delivery
+    # ---- delivery (the client's: one attempt per request, see its retry rule)
     def batches(self, groups: dict[str, list[dict]]):
-        """``(keys, bodies)`` requests of whole groups (a trace's scores are never split), at most
-        ``batch_size`` scores (unless one group alone is larger) and ~900 kB each."""
-        keys: list[str] = []
-        bodies: list[dict] = []
-        size = 2
-        for key, group in groups.items():
-            gsize = sum(len(json.dumps(b, ensure_ascii=False).encode()) + 1 for b in group)
-            if bodies and (len(bodies) + len(group) > self.batch_size or size + gsize > _MAX_BODY_BYTES):
-                yield keys, bodies
-                keys, bodies, size = [], [], 2
-            keys.append(key)
-            bodies.extend(group)
-            size += gsize
-        if bodies:
-            yield keys, bodies
+        """``(keys, bodies)`` requests of whole traces (a trace's scores are never split)."""
+        return self.langfuse.batches(groups, self.batch_size)
 
     def deliver(self, bodies: list[dict]) -> Delivery:
-        """One synchronous ``POST /api/public/scores`` through the SDK's API client; never raises."""
-        if not bodies:
-            return Delivery(True)
-        try:
-            res = self.client.api.scores.create(request=bodies, request_options=self._request_options())
-        except Exception as exc:
-            self.errors += 1
-            self.last_error = _describe(exc)
-            return Delivery(False, len(bodies), error=self.last_error, retryable=_retryable(exc))
-        rejected = int(getattr(res, "rejected", 0) or 0)
-        self.sent += len(bodies) - rejected
-        if rejected:
-            self.rejected += rejected
-            msgs = "; ".join(str(getattr(e, "message", e))[:200] for e in (getattr(res, "errors", None) or [])[:5])
-            err = f"Langfuse rejected {rejected} of {len(bodies)} scores: {msgs}"
-            log.error("%s (not retried: invalid scores stay invalid)", err)
-            return Delivery(True, len(bodies), rejected=rejected, error=err[:2000])
-        return Delivery(True, len(bodies))
+        """One synchronous ``POST /api/public/scores``; never raises."""
+        return self.langfuse.deliver(bodies)
 
     def push_scores(self, version: dict, rows, *, alerts: list[dict] | None = None, max_rationales: int = 3) -> int:
         """Deliver scores for scored-trace rows now; returns how many traces' scores Langfuse
@@ -368,30 +275,20 @@ class LangfusePush:
         return body is not None and self.deliver([body]).ok
 
     def flush(self, timeout: float = 10.0) -> bool:
-        """Bounded flush (the SDK's own flush has no time limit when Langfuse is down)."""
-        def run():
-            try:
-                self.client.flush()
-            except Exception as exc:
-                log.warning("Langfuse flush failed: %s", type(exc).__name__)
-
-        t = threading.Thread(target=run, daemon=True, name="autometrics-langfuse-push-flush")
-        t.start()
-        t.join(timeout)
-        return not t.is_alive()
+        return self.langfuse.flush(timeout)
 
     def shutdown(self, timeout: float = 5.0) -> None:
-        t = threading.Thread(target=lambda: self.client.shutdown(), daemon=True)
-        t.start()
-        t.join(timeout)
+        self.langfuse.shutdown(timeout)
 
 
 # --------------------------------------------------------------------------- store bookkeeping
 
 
-def _failed(what: str, keys: list[str], attempts: dict[str, int], error: str, max_attempts: int, out: dict) -> None:
-    """Log a failed delivery attempt on ``keys`` (one line, plus one for those given up) and count them."""
-    retry = [k for k in keys if attempts.get(k, 0) + 1 < max_attempts]
+def _failed(pusher: LangfusePush, what: str, keys: list[str], sizes: dict[str, int], attempts: dict[str, int], error: str,
+            max_attempts: int, out: dict) -> None:
+    """A failed delivery attempt on ``keys`` (``sizes``: scores per key) under the client's retry
+    rule: counted there (retried or lost) and here, logged in one line (plus one for those given up)."""
+    retry = [k for k in keys if pusher.langfuse.after_failure(sizes.get(k, 1), attempts.get(k, 0) + 1, max_attempts)]
     out["failed"] += len(keys)
     out["given_up"] += len(keys) - len(retry)
     if retry:
@@ -403,12 +300,12 @@ def _failed(what: str, keys: list[str], attempts: dict[str, int], error: str, ma
                   "(set push_attempts to NULL in the store to retry)", len(keys) - len(retry), what, max_attempts, error)
 
 
-def push_pending(monitor, pusher: LangfusePush, *, limit: int = 2000, max_attempts: int = DEFAULT_MAX_PUSH_ATTEMPTS) -> dict:
+def push_pending(monitor, pusher: LangfusePush, *, limit: int = 2000, max_attempts: int | None = None) -> dict:
     """Deliver the champion's undelivered scores and the undelivered alerts to Langfuse.
 
     A trace's scores (an alert) are marked pushed only once Langfuse acknowledged the request
     holding them; a failed attempt is recorded and retried on the next call, at most
-    ``max_attempts`` times in all.  A retryable failure (down, 5xx, 429, timeout) ends this call:
+    ``max_attempts`` times in all (default: the client's retry rule, 10).  A retryable failure (down, 5xx, 429, timeout) ends this call:
     what was not tried waits for the next one without using up an attempt.
 
     Returns counts: ``scores`` / ``alerts`` delivered, ``failed`` (traces and alerts whose
@@ -417,7 +314,7 @@ def push_pending(monitor, pusher: LangfusePush, *, limit: int = 2000, max_attemp
     """
     out = {"scores": 0, "alerts": 0, "failed": 0, "given_up": 0}
     try:
-        _push_pending(monitor, pusher, limit, max(1, int(max_attempts)), out)
+        _push_pending(monitor, pusher, limit, max(1, int(max_attempts or pusher.langfuse.retry.max_attempts)), out)
     except Exception as exc:  # a store fault must not stop the worker
         out["error"] = f"{type(exc).__name__}: {str(exc)[:200]}"
         log.warning("Langfuse push stopped: %s", out["error"])
@@ -435,6 +332,7 @@ def _push_pending(monitor, pusher: LangfusePush, limit: int, max_attempts: int, 
     if rows:
         attempts = {r["trace_id"]: int(r["push_attempts"] or 0) for r in rows}
         groups, skipped, cfg_error = pusher.score_bodies(ch, rows, alerts=alerts)
+        sizes = {t: len(b) for t, b in groups.items()}
         # rows without a score (no output captured): nothing to deliver, never selected again
         store.mark_delivery("scores", skipped, delivered=True, error="no score to deliver", evaluator_id=ch["id"])
         if cfg_error:
@@ -442,7 +340,8 @@ def _push_pending(monitor, pusher: LangfusePush, limit: int, max_attempts: int, 
             # would have carried (as for a failed request); the others wait without losing one
             keys = next(iter(pusher.batches(groups)), ([], []))[0]
             store.mark_delivery("scores", keys, delivered=False, error=cfg_error[:2000], evaluator_id=ch["id"])
-            _failed("traces' scores", keys, attempts, cfg_error, max_attempts, out)
+            pusher.langfuse.failed_before_sending(sum(sizes[k] for k in keys))
+            _failed(pusher, "traces' scores", keys, sizes, attempts, cfg_error, max_attempts, out)
             stopped = True
         else:
             for keys, bodies in pusher.batches(groups):
@@ -451,7 +350,7 @@ def _push_pending(monitor, pusher: LangfusePush, limit: int, max_attempts: int, 
                 if d.ok:
                     out["scores"] += len(keys)
                     continue
-                _failed("traces' scores", keys, attempts, d.error or "unknown error", max_attempts, out)
+                _failed(pusher, "traces' scores", keys, sizes, attempts, d.error or "unknown error", max_attempts, out)
                 if d.retryable:
                     left = len(groups) - out["scores"] - out["failed"]
                     if left > 0:
@@ -471,11 +370,12 @@ def _push_pending(monitor, pusher: LangfusePush, limit: int, max_attempts: int, 
     if any(b is None for b in bodies):
         err = pusher.last_error or "score config not available"
         store.mark_delivery("alerts", ids, delivered=False, error=err[:2000])
-        _failed("alerts", ids, attempts, err, max_attempts, out)
+        pusher.langfuse.failed_before_sending(len(ids))
+        _failed(pusher, "alerts", ids, {}, attempts, err, max_attempts, out)
         return
     d = pusher.deliver(bodies)
     store.mark_delivery("alerts", ids, delivered=d.ok, error=d.error)
     if d.ok:
         out["alerts"] = len(ids)
     else:
-        _failed("alerts", ids, attempts, d.error or "unknown error", max_attempts, out)
+        _failed(pusher, "alerts", ids, {}, attempts, d.error or "unknown error", max_attempts, out)

@@ -48,7 +48,7 @@ class LangfusePublisher:
         self._disabled = self.mode == "off"
 
     def _client(self):
-        from autometrics.collectors.langfuse_export import langfuse_configured
+        from autometrics.collectors.langfuse_client import langfuse_configured
         from autometrics.dashboards.langfuse_push import LangfusePush
 
         if self._disabled:

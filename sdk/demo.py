@@ -188,7 +188,7 @@ def run_demo(out_dir="autometrics-demo", *, no_llm: bool = False, seed: int = 0,
     drift_alerts = step("drift and live-validity check", lambda: monitor.check_drift() or "no new alerts")
     alerts = refit_alerts + (drift_alerts if isinstance(drift_alerts, list) else [])
     _say(quiet, f"{len(alerts)} alert(s) in all: " + (", ".join(a["kind"] for a in alerts) if alerts else "none"))
-    from autometrics.collectors.langfuse_export import langfuse_configured
+    from autometrics.collectors.langfuse_client import langfuse_configured
 
     if langfuse_configured():
         def push():

@@ -67,9 +67,10 @@ class _Runtime:
         self.langfuse = None
         if _langfuse_wanted(cfg.langfuse):
             try:
-                from ..collectors.langfuse_export import LangfuseExport
+                from ..collectors.langfuse_client import LangfuseClient
 
-                self.langfuse = LangfuseExport(self.provider, counters=self.counters, errors=self.errors)
+                self.langfuse = LangfuseClient(tracer_provider=self.provider, export_spans=True, counters=self.counters,
+                                               errors=self.errors)
             except Exception as exc:
                 self.errors.warning("langfuse-init", "autometrics: Langfuse export disabled: %s: %s", type(exc).__name__, exc)
         self.tracer = self.provider.get_tracer(SCOPE)
@@ -235,7 +236,8 @@ def stats() -> dict:
     ``dropped`` (in-memory queue full); ``failed`` (neither written nor spooled: no spool).
     Also ``write_errors``, ``store_reopened`` (the SQLite file was deleted or replaced under the
     writer), ``spool_errors``, ``internal_errors``, Langfuse's ``langfuse_*`` (``langfuse_spans_lost``,
-    ``langfuse_span_batches_lost``, ``langfuse_scores_lost``, ...), and the gauges ``queue_size``
+    ``langfuse_span_batches_lost``, ``langfuse_scores_sent``, ``langfuse_scores_retried``,
+    ``langfuse_scores_lost``, ...: see ``autometrics.collectors.langfuse_client``), and the gauges ``queue_size``
     and ``spool_pending`` (items waiting in the spool for this backend)."""
     rt = _runtime
     if rt is None:

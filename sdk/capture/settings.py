@@ -137,7 +137,7 @@ def _langfuse_wanted(mode: str) -> bool:
     mode = (mode or "auto").lower()
     if mode in ("off", "false", "0", "no"):
         return False
-    from autometrics.collectors.langfuse_export import langfuse_configured
+    from autometrics.collectors.langfuse_client import langfuse_configured
 
     have_keys = langfuse_configured()
     if mode in ("on", "true", "1", "yes") and not have_keys:

@@ -267,3 +267,50 @@ def test_real_langfuse_opt_in(fitted_store, tmp_path):  # pragma: no cover - nee
             break
     assert "autometrics score" in names
     p.shutdown(10)
+
+
+@pytest.mark.parametrize("failure", ["503", "down"])
+def test_feedback_and_evaluator_scores_follow_one_delivery_rule(fitted_store, tmp_path, langfuse_server, failure):
+    """A refused (503) or down Langfuse: a feedback score (the client's in-memory queue) and an
+    evaluator score (waiting in the store between worker cycles) are counted the same way under
+    one rule: each failed attempt a retry until the last, then a loss; once Langfuse is back both
+    are delivered and counted sent."""
+    import uuid
+
+    from autometrics.collectors.feedback import make_feedback_row
+    from autometrics.collectors.langfuse_client import LangfuseClient, RetryRule
+    from autometrics.dashboards.langfuse_push import LangfusePush, push_pending
+    from autometrics.evaluators.continuous.monitor import Monitor, MonitorConfig
+    from langfuse_server import SCORES_PATH
+
+    rule = RetryRule(max_attempts=2, first_delay=0.05, max_delay=0.05)
+    fb, ev = LangfuseClient(retry=rule, timeout=2), LangfuseClient(retry=rule, timeout=2)
+    pusher = LangfusePush(client=ev)
+    mon = Monitor(_copy_store(fitted_store, tmp_path), MonitorConfig(target="score", project="p"))
+    if failure == "503":  # score configs work, score ingestion is refused
+        langfuse_server.fail_with(503, paths=[SCORES_PATH])
+    else:
+        langfuse_server.go_down()
+
+    fb.score(make_feedback_row(uuid.uuid4().hex, "thumbs", True, None, None, None, "test", None, None))
+    assert wait_until(lambda: fb.stats().get("langfuse_scores_lost", 0) == 1, 10), fb.stats()
+    assert push_pending(mon, pusher, limit=1) == {"scores": 0, "alerts": 0, "failed": 1, "given_up": 0}
+    assert push_pending(mon, pusher, limit=1) == {"scores": 0, "alerts": 0, "failed": 1, "given_up": 1}
+
+    keys = ("langfuse_score_attempts", "langfuse_scores_retried", "langfuse_scores_lost", "langfuse_scores_sent")
+    per_feedback = {k: fb.stats().get(k, 0) for k in keys}
+    assert per_feedback == {"langfuse_score_attempts": 2, "langfuse_scores_retried": 1, "langfuse_scores_lost": 1,
+                            "langfuse_scores_sent": 0}
+    n = ev.stats()["langfuse_scores_lost"]  # the scores of the one trace given up
+    assert n >= 3 and {k: ev.stats().get(k, 0) for k in keys} == {k: v * n for k, v in per_feedback.items()}, ev.stats()
+    assert langfuse_server.scores == []
+
+    langfuse_server.recover()
+    langfuse_server.come_up()
+    fb.score(make_feedback_row(uuid.uuid4().hex, "thumbs", False, None, None, None, "test", None, None))
+    assert fb.flush(10) and fb.stats()["langfuse_scores_sent"] == 1
+    assert push_pending(mon, pusher, limit=1)["scores"] == 1  # another trace: the given-up one stays given up
+    assert ev.stats()["langfuse_scores_sent"] == n and fb.stats()["langfuse_scores_lost"] == 1
+    assert len(langfuse_server.scores) == n + 1 and not langfuse_server.errors, langfuse_server.errors
+    fb.shutdown(2)
+    ev.shutdown(2)
