@@ -167,15 +167,9 @@ class Monitor:
 
     # ------------------------------------------------------------------ data
     def labelled_frame(self, since_ns: int | None = None) -> pd.DataFrame:
-        """Training frame for the target plus ``feedback_ns`` (newest feedback time per trace)."""
-        frame = self.store.training_frame(self.cfg.target, project=self.cfg.project, aggregate=self.cfg.aggregate)
-        if frame.empty:
-            return frame.assign(feedback_ns=pd.Series(dtype="int64"))
-        fb = self.store.feedback_frame(names=[self.cfg.target])
-        last = fb.groupby("trace_id")["created_at_ns"].max()
-        frame["feedback_ns"] = frame["id"].map(last).fillna(0).astype("int64")
-        frame[self.cfg.target] = pd.to_numeric(frame[self.cfg.target], errors="coerce")
-        frame = frame[frame[self.cfg.target].notna() & frame["output"].notna()]
+        """The store's training frame for the target (numeric labels, as ``autometrics fit`` reads
+        it), only feedback newer than ``since_ns`` when given."""
+        frame = self.store.training_frame(self.cfg.target, project=self.cfg.project, aggregate=self.cfg.aggregate, numeric=True)
         if since_ns is not None:
             frame = frame[frame["feedback_ns"] > since_ns]
         return frame.reset_index(drop=True)

@@ -1,14 +1,14 @@
 """Where ``autometrics fit`` reads its data: a file (CSV / JSONL / Parquet, ``demo:NAME``) or the
 trace store itself (``sqlite:///app.db``, ``postgresql+psycopg://...``, or a ``.db`` path).
 
-Why a store source reads through :meth:`Monitor.labelled_frame
-<autometrics.evaluators.continuous.monitor.Monitor.labelled_frame>`: that is the frame the
-continuous worker refits on (latest feedback per trace, numeric labels, traces with a captured
-output), so a fit by hand and the worker's refit see the same rows and cannot drift apart.
+Why a store source reads :meth:`TraceStore.training_frame` with numeric labels: that is the one
+frame the continuous worker refits on and ``autometrics.training_frame`` returns (latest feedback
+per trace, traces with a captured output), so a fit by hand and the worker's refit see the same
+rows and cannot drift apart.
 
 Why the URL is recognised here, before anything becomes a ``Path``: ``Path("sqlite:////a/b.db")``
-collapses the slashes to ``sqlite:/a/b.db``, which no file reader can open.  A SQLite URL or path must name an existing file (opening a missing one would create an
-empty store and then report "no traces"), and an empty result is explained: which projects and
+collapses the slashes to ``sqlite:/a/b.db``, which no file reader can open.  A SQLite URL or path
+must name an existing file (opening a missing one would create an empty store and then report "no traces"), and an empty result is explained: which projects and
 feedback names the store does hold, so the user can fix ``--project`` / ``--target``.
 """
 
@@ -184,27 +184,21 @@ def _not_a_store(shown: str) -> DataError:
 
 
 def store_training_frame(url: str, targets: list[str], project: str, since: dt.datetime | None = None):
-    """One row per trace labelled with any of ``targets``: the worker's training frame
-    (:meth:`Monitor.labelled_frame`) per target, joined on the trace id; traces started before
-    ``since`` left out.  DataError, naming what the store does hold, when a target has no row."""
+    """The store's training frame (:meth:`TraceStore.training_frame` with numeric labels, as the
+    worker refits on it) for ``targets``: one row per trace labelled with any of them; traces
+    started before ``since`` left out.  DataError, naming what the store does hold, when a target
+    has no row."""
     import pandas as pd
-    from autometrics.evaluators.continuous.monitor import Monitor, MonitorConfig
 
     store = _open_store(url)
     try:
-        frames = {}
+        frame = store.training_frame(targets, project=project, numeric=True)
+        if since is not None and len(frame):
+            frame = frame[frame["start_time"] >= pd.Timestamp(since)]
         for t in targets:
-            f = Monitor(store, MonitorConfig(target=t, project=project)).labelled_frame()
-            if since is not None and len(f):
-                f = f[f["start_time"] >= pd.Timestamp(since)]
-            if f.empty:
+            if not frame[t].notna().any():
                 raise DataError(_why_empty(store, t, project, since))
-            frames[t] = f.set_index("id")
-        rows = pd.concat([f.drop(columns=targets, errors="ignore") for f in frames.values()])
-        frame = rows[~rows.index.duplicated()].sort_values("start_time", kind="stable")
-        for t, f in frames.items():
-            frame[t] = f[t].reindex(frame.index)
-        return frame.drop(columns=["feedback_ns"], errors="ignore").rename_axis("id").reset_index()
+        return frame.drop(columns=["feedback_ns"]).reset_index(drop=True)
     finally:
         store.dispose()
 
@@ -233,7 +227,8 @@ def _why_empty(store, target: str, project: str, since) -> str:
         there = f"feedback names there: {_listing(names, 'trace')}" if names else "no feedback there at all"
         return (f"no feedback named {target!r} on the {inv['projects'][project]} trace(s) of project {project!r} in {where}; "
                 f"{there}. {hint[0].upper()}{hint[1:]}.")
-    raw = store.training_frame(target, project=project)
+    raw = store.training_frame(target, project=project, include_unlabelled=True)  # rows without output too: say why
+    raw = raw[raw[target].notna()]
     n = len(raw)
     if not pd.to_numeric(raw[target], errors="coerce").notna().any():
         kinds = ", ".join(sorted(inv["kinds"].get((project, target), {"?"})))

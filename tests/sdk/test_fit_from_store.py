@@ -371,3 +371,24 @@ def test_several_targets_each_fit_on_their_own_worker_frame(tmp_path):
         assert len(_worker_frame(url, target, "p")) == n
         art = json.loads((tmp_path / "o" / target / "evaluator.json").read_text())
         assert art["dataset"]["n_labelled"] == n and art["target"] == target
+
+
+def test_one_training_frame_for_the_sdk_the_cli_and_the_worker(sqlite_url):
+    """``autometrics.training_frame``, ``autometrics fit sqlite:///…`` and the worker's refit read one
+    frame: same traces (labelled, with an output), same labels, same order."""
+    from autometrics._cli.store_source import store_training_frame
+    from autometrics.collectors.store import TraceStore
+    from autometrics.evaluators.continuous.monitor import Monitor, MonitorConfig
+
+    store = TraceStore(sqlite_url)
+    _write(store, _simpeval(30), project="p", start_ns=1_000_000_000)
+    _write(store, _simpeval(5, offset=30), project="p", start_ns=2_000_000_000, prefix="n", output=False)  # no output
+    _write(store, _simpeval(5, offset=35), project="p", start_ns=3_000_000_000, prefix="u", name=None)  # no feedback
+    sdk = store.training_frame("thumbs", project="p")
+    worker = Monitor(store, MonitorConfig(target="thumbs", project="p")).labelled_frame()
+    cli = store_training_frame(sqlite_url, ["thumbs"], "p")
+    store.dispose()
+    assert len(sdk) == 30 and sdk["output"].notna().all()
+    cols = ["id", "input", "output", "thumbs", "start_time"]
+    pd.testing.assert_frame_equal(sdk[cols], worker[cols])
+    pd.testing.assert_frame_equal(sdk[cols], cli[cols])
