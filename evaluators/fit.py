@@ -31,10 +31,11 @@ from autometrics.evaluators.evaluator import SCORE_COLUMN, Evaluator, load_evalu
 from autometrics.evaluators.induce import DEFAULT_REGRESSION, MIN_LABELS_FOR_CONFIDENCE, FitResult, fit_on_features
 from autometrics.evaluators.judges.options import LLMOptions
 from autometrics.evaluators.judges.retrieve import score_bank
+from autometrics.evaluators.sampling import sample_rows
 from autometrics.evaluators.validity import CrossFit
 from autometrics.metricbank import Metric, get_metric
 
-__all__ = ["fit_evaluator", "sample_rows", "FitResult", "Evaluator", "LLMOptions", "load_evaluator", "score_metrics", "SCORE_COLUMN",
+__all__ = ["fit_evaluator", "FitResult", "Evaluator", "LLMOptions", "load_evaluator", "score_metrics", "SCORE_COLUMN",
            "MIN_LABELS_FOR_CONFIDENCE", "CrossFit"]
 
 
@@ -112,20 +113,3 @@ def fit_evaluator(
     if plan is not None:
         result.evaluator.artifact["retrieval"] = json_safe(plan.to_dict())
     return result
-
-
-def sample_rows(ds: Dataset, target: str, max_rows: int, seed: int = 0) -> Dataset:
-    """The labelled rows of ``target`` cut to about ``max_rows`` whole groups (seeded); the
-    dataset itself when it is not larger.  The cut is recorded in the dataset's warnings, so the
-    artifact and the CLI say it."""
-    from autometrics.evaluators.judges.screening import sample_groups
-
-    if max_rows < 2:
-        raise UserError(f"max_rows must be at least 2, got {max_rows}")
-    lab = ds.labelled(target)
-    if len(lab) <= max_rows:
-        return ds
-    sub = lab.subset(sample_groups(lab.frame["group"].to_numpy(), max_rows, seed))
-    sub.warnings.append(f"max rows {max_rows}: fitted on a seeded sample of {len(sub)} of {len(lab)} labelled rows "
-                        f"({sub.frame['group'].nunique()} whole groups, seed {seed})")
-    return sub

@@ -62,10 +62,10 @@ from autometrics.evaluators.judges.screening import (
     JudgeCandidate,
     Screener,
     base_predictions,
-    sample_groups,
     screened_fold_fit,
 )
 from autometrics.evaluators.llm.client import LLMCache, LLMClient, LLMConfig, LLMUnreachable, Usage
+from autometrics.evaluators.sampling import sample_groups
 
 __all__ = ["fit_with_judges", "estimate_plan"]
 

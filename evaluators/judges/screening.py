@@ -51,65 +51,13 @@ from autometrics.evaluators.judges.added_value import (
 )
 from autometrics.evaluators.judges.candidates import Candidate, CandidateContext, FunctionCandidate, JudgeCandidate
 from autometrics.evaluators.judges.options import ScreeningOptions
+from autometrics.evaluators.sampling import group_prefix, stratified_groups
 
 __all__ = ["Candidate", "FunctionCandidate", "JudgeCandidate", "CandidateContext", "Screener", "ScreeningOutcome",
-           "added_tau", "base_predictions", "stratified_groups", "schedule", "sample_groups", "candidate_calls",
+           "added_tau", "base_predictions", "schedule", "candidate_calls",
            "screened_fold_fit", "forward_keep", "stacked_predictions"]
 
 log = logging.getLogger("autometrics")
-
-
-# ------------------------------------------------------------------------- row subsets
-
-
-def stratified_groups(positions, y, groups, seed: int = 0, strata: int = 4) -> list[np.ndarray]:
-    """The rows at ``positions`` as whole groups (all outputs of one input stay together), in an
-    order whose every prefix is balanced over label strata: groups are binned by their mean label,
-    shuffled (seeded) within a bin, and taken round-robin across bins."""
-    pos = np.asarray(positions, dtype=int)
-    g = np.asarray(groups).astype(str)[pos]
-    uniq, inv = np.unique(g, return_inverse=True)
-    members = [pos[inv == k] for k in range(len(uniq))]
-    means = np.array([float(np.mean(y[m])) for m in members])
-    k = max(1, min(strata, len(members) // 2))
-    edges = np.quantile(means, np.linspace(0, 1, k + 1)[1:-1]) if k > 1 else np.array([])
-    level = np.searchsorted(edges, means, side="right")
-    rng = np.random.default_rng(seed)
-    bins = [list(rng.permutation(np.flatnonzero(level == b))) for b in range(k)]
-    order: list[int] = []
-    while any(bins):
-        for b in bins:
-            if b:
-                order.append(int(b.pop()))
-    return [members[i] for i in order]
-
-
-def _prefix(ordered: list[np.ndarray], n: int, min_groups: int = 0) -> np.ndarray:
-    """The first groups of ``ordered`` that hold at least ``n`` rows and ``min_groups`` groups."""
-    out, total = [], 0
-    for m in ordered:
-        if total >= n and len(out) >= min_groups:
-            break
-        out.append(m)
-        total += len(m)
-    return np.sort(np.concatenate(out)) if out else np.array([], dtype=int)
-
-
-def sample_groups(groups, n: int, seed: int = 0) -> np.ndarray:
-    """Positions of about ``n`` rows made of whole groups, seeded (``fit --max-rows``): groups in a
-    random order, each taken when it still fits; at least two groups."""
-    g = np.asarray(groups).astype(str)
-    uniq, inv = np.unique(g, return_inverse=True)
-    rng = np.random.default_rng(seed)
-    chosen, total = [], 0
-    for k in rng.permutation(len(uniq)):
-        size = int((inv == k).sum())
-        if total + size <= n or len(chosen) < 2:
-            chosen.append(k)
-            total += size
-        if total >= n:
-            break
-    return np.sort(np.flatnonzero(np.isin(inv, chosen)))
 
 
 def schedule(n_train: int, opts: ScreeningOptions) -> list[int]:
@@ -280,7 +228,7 @@ class Screener:
         eta = max(2, int(self.opts.eta))
         for r, n in enumerate(sizes):
             last = r == len(sizes) - 1
-            rows = self.train_pos if last else _prefix(ordered, n, self.opts.min_groups)
+            rows = self.train_pos if last else group_prefix(ordered, n, self.opts.min_groups)
             if not last and len(rows) >= 0.75 * len(self.train_pos):
                 continue  # the round's groups already cover most rows: go to the last round
             if not alive:

@@ -251,7 +251,7 @@ def _cmd_fit(args) -> int:
     for t in args.target:
         ds_t = ds
         if args.max_rows:
-            from autometrics.evaluators.fit import sample_rows
+            from autometrics.evaluators.sampling import sample_rows
 
             ds_t = sample_rows(ds, t, args.max_rows, args.seed)
             if ds_t is not ds:

@@ -63,12 +63,12 @@ Layout (one concern per module; this package re-exports the public API):
 from __future__ import annotations
 
 from . import runtime as _runtime_module
-from .settings import ObserveConfig
 from .decorator import observe
 from .instrumentation import instrument
 from .runtime import SCOPE as SCOPE
 from .runtime import configure, flush, shutdown, stats
 from .runtime import log as log
+from .settings import ObserveConfig
 from .signals import feedback, feedback_schema, training_frame
 from .spans import current_span_id, current_trace_id, set_input, set_output, update_current_span
 

@@ -61,8 +61,8 @@ from opentelemetry import trace
 from opentelemetry.trace import SpanKind
 
 from . import runtime
-from .settings import _env_bool, log
 from .provider import CAPTURE_SCOPES
+from .settings import _env_bool, log
 
 __all__ = ["instrument", "uninstrument", "instrumented", "CLIENTS", "TRACER_PROVIDER", "CONTENT_KEYS"]
 

@@ -124,7 +124,7 @@ def main(argv=None) -> int:
     for seed in range(args.seeds):
         df = full
         if args.rows and args.rows < len(full):
-            from autometrics.evaluators.judges.screening import sample_groups
+            from autometrics.evaluators.sampling import sample_groups
 
             df = full.iloc[sample_groups(full["input"].astype(str).to_numpy(), args.rows, seed)].reset_index(drop=True)
         server = None

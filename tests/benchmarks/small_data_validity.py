@@ -64,7 +64,7 @@ def _load(name: str, targets: list[str]):
 
 
 def _sample(ds, target, feats, n, seed):
-    from autometrics.evaluators.judges.screening import sample_groups
+    from autometrics.evaluators.sampling import sample_groups
 
     keep = np.flatnonzero(ds.frame[target].notna().to_numpy())
     lab = ds.subset(keep)
@@ -143,7 +143,7 @@ def part_judges(sizes, seeds, cf) -> list[dict]:
                           cache=str(Path(tmp) / "cache.sqlite"), exemplar=False)
         for n in sizes:
             for seed in range(seeds):
-                from autometrics.evaluators.judges.screening import sample_groups
+                from autometrics.evaluators.sampling import sample_groups
 
                 sub = ds.subset(sample_groups(df["group"].to_numpy(), n, seed))
                 for kind, data in (("real", sub), ("shuffled", _shuffled(sub, "score", seed))):

@@ -42,7 +42,7 @@ def simpeval(datasets_dir):
 def _sample(lab, X, n, seed):
     """About n labelled rows made of whole groups: SimpEval's inputs have several outputs each, and
     a random set of groups gives groups of several sizes."""
-    from autometrics.evaluators.judges.screening import sample_groups
+    from autometrics.evaluators.sampling import sample_groups
 
     pos = sample_groups(lab.frame["group"].to_numpy(), n, seed)
     return lab.subset(pos), X.iloc[pos].reset_index(drop=True)

@@ -10,10 +10,11 @@ import re
 
 import numpy as np
 import pandas as pd
-from autometrics.evaluators.fit import fit_evaluator, sample_rows
+from autometrics.evaluators.fit import fit_evaluator
 from autometrics.evaluators.judges.budget import Budget, Speed, plan_fit
 from autometrics.evaluators.judges.options import PAPER_COUNTS, QUICK_COUNTS, LLMOptions, ScreeningOptions
 from autometrics.evaluators.judges.screening import FunctionCandidate
+from autometrics.evaluators.sampling import sample_rows
 from autometrics.metricbank import Metric
 from scripted_judge_server import ScriptedJudgeServer
 from test_screening import TASK, grouped_data, signal_script, specs

@@ -13,10 +13,9 @@ from autometrics.evaluators.judges.screening import (
     FunctionCandidate,
     added_tau,
     candidate_calls,
-    sample_groups,
     schedule,
-    stratified_groups,
 )
+from autometrics.evaluators.sampling import sample_groups, stratified_groups
 from scripted_judge_server import ScriptedJudgeServer, noise_score
 
 VOCAB = "river stone cloud paper garden window silver orange market quiet letter bridge winter candle forest".split()

@@ -26,7 +26,7 @@ def test_a_budgeted_fit_with_the_real_local_llm(local_server, datasets_dir, tmp_
     from autometrics.evaluators.fit import fit_evaluator
     from autometrics.evaluators.judges.metric import JudgeSpec
     from autometrics.evaluators.judges.options import LLMOptions
-    from autometrics.evaluators.judges.screening import sample_groups
+    from autometrics.evaluators.sampling import sample_groups
 
     full = pd.read_csv(datasets_dir / "simpeval.csv")
     df = full.iloc[sample_groups(full["input"].to_numpy(), 48, seed=0)].reset_index(drop=True)
