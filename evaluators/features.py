@@ -22,16 +22,21 @@ __all__ = ["score_metrics", "metric_from_artifact_spec"]
 log = logging.getLogger("autometrics")
 
 
-# Metric classes outside MetricBank that an artifact may name (generated LLM judges).  Only
-# these are imported: an artifact never makes us import arbitrary code.
-_FACTORIES = {"autometrics.evaluators.judges:LLMJudgeMetric", "autometrics.evaluators.judges.code_metric:CodeMetric",
-              "autometrics.evaluators.judges.exemplar:ExemplarMetric"}
+# Metric classes outside MetricBank that an artifact may name (generated judges, code metrics,
+# the nearest-exemplar metric).  Only these are imported: an artifact never makes us import
+# arbitrary code.
+_FACTORIES = {"autometrics.evaluators.judges:LLMJudgeMetric", "autometrics.evaluators.code_metric:CodeMetric",
+              "autometrics.evaluators.exemplar:ExemplarMetric"}
+# where artifacts written before these classes found their module name them: read the same
+_FACTORY_HOMES = {"autometrics.evaluators.judges.code_metric:CodeMetric": "autometrics.evaluators.code_metric:CodeMetric",
+                  "autometrics.evaluators.judges.exemplar:ExemplarMetric": "autometrics.evaluators.exemplar:ExemplarMetric"}
 
 
 def metric_from_artifact_spec(spec: dict) -> Metric:
     factory = spec.get("factory")
     if not factory:
         return metric_from_spec(spec)
+    factory = _FACTORY_HOMES.get(factory, factory)
     if factory not in _FACTORIES:
         raise UserError(f"evaluator names an unknown metric factory {factory!r}")
     module, cls = factory.split(":")

@@ -5,7 +5,7 @@ regression (:func:`~autometrics.evaluators.induce.fit_on_features`):
 
 - ``llm=None`` (default): the LLM-free path.  Every cheap MetricBank metric the data can feed is
   scored on the labelled rows, and the model-based ones the retrieval policy picks by their
-  measured signal (:func:`~autometrics.evaluators.judges.retrieve.score_bank`).
+  measured signal (:func:`~autometrics.evaluators.retrieval.score_bank`).
 - ``llm="local"`` / ``"local:1.5b"`` / a LiteLLM model string / ``"openai/m@http://host/v1"``:
   the full AutoMetrics method (:mod:`autometrics.evaluators.judges.pipeline`): generated LLM
   judges plus retrieved MetricBank metrics.  Everything else about the LLM half is one options
@@ -30,7 +30,7 @@ from autometrics.evaluators.data import Dataset, load_dataset
 from autometrics.evaluators.evaluator import SCORE_COLUMN, Evaluator, load_evaluator, score_metrics
 from autometrics.evaluators.induce import DEFAULT_REGRESSION, MIN_LABELS_FOR_CONFIDENCE, FitResult, fit_on_features
 from autometrics.evaluators.judges.options import LLMOptions
-from autometrics.evaluators.judges.retrieve import score_bank
+from autometrics.evaluators.retrieval import score_bank
 from autometrics.evaluators.sampling import sample_rows
 from autometrics.evaluators.validity import CrossFit
 from autometrics.metricbank import Metric, get_metric

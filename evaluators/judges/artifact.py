@@ -86,7 +86,7 @@ def other_candidates(cands, selected: set, fates: dict) -> tuple[list[dict], dic
     """The artifact's ``code_metrics`` (every written code metric: source, status, fate, whether
     it is in the returned evaluator) and ``candidate_cards`` (feature -> Metric Card of each
     non-judge candidate that can score, e.g. code and nearest-exemplar metrics)."""
-    from autometrics.evaluators.judges.code_metric import code_metric_entry
+    from autometrics.evaluators.code_metric import code_metric_entry
 
     code, cards = [], {}
     for c in cands:

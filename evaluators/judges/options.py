@@ -31,7 +31,7 @@ class GeneratorCounts:
     optimized_trials: int = 4  # MIPROv2 trials
     optimized_candidates: int = 2  # MIPROv2 instruction candidates
     optimized_rows: int = 12  # training rows given to MIPROv2
-    n_code: int = 0  # code-generated metrics (Python functions run in a sandbox, judges/code_metric.py)
+    n_code: int = 0  # code-generated metrics (Python functions run in a sandbox, evaluators/code_metric.py)
 
 
 PAPER_COUNTS = GeneratorCounts(n_code=2)  # the paper's judge counts, plus two code metrics (screened like judges)
@@ -81,7 +81,7 @@ class LLMOptions:
     retrieve_k: int = 8  # expensive (model-based) MetricBank metrics scored on every row, chosen by measured signal
     use_bank: str = "auto"  # auto (bank only with >= 80 training labels, paper §4.6) | always | never
     dense: bool = True  # dense (MiniLM) card ranking besides BM25 (the tie-break of the retrieval policy)
-    exemplar: bool = True  # a nearest-exemplar candidate (judges/exemplar.py), screened like the judges
+    exemplar: bool = True  # a nearest-exemplar candidate (evaluators/exemplar.py), screened like the judges
     rationales: int = 3  # example rationales kept per selected generated judge
     compare_multi: bool = False  # also score the single-criterion judges in one call per example
     judge_mode: str = "auto"  # auto | logprobs | json

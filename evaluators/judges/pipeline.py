@@ -101,7 +101,7 @@ def _bank_note(opts: LLMOptions, n_train: int) -> str:
 def _llm_free(lab, target, common, progress: bool = False, k: int = 8, dense: bool = True) -> tuple:
     """The floor: the MetricBank metrics the retrieval policy scores (every cheap one, the
     expensive ones by measured signal), fitted like ``fit`` without --llm."""
-    from autometrics.evaluators.judges.retrieve import score_bank
+    from autometrics.evaluators.retrieval import score_bank
 
     feats, bank, unavailable, plan = score_bank(lab, target, common["task"], test_size=common["test_size"],
                                                 seed=common["seed"], k=k, progress=progress, dense=dense)
@@ -451,11 +451,11 @@ def _sources(opts: LLMOptions, counts, given: list) -> list:
 
     out = []
     if counts.n_code and not given:
-        from autometrics.evaluators.judges.code_metric import code_metric_source
+        from autometrics.evaluators.code_metric import code_metric_source
 
         out.append(partial(code_metric_source, n=counts.n_code))
     if opts.exemplar:
-        from autometrics.evaluators.judges.exemplar import exemplar_source
+        from autometrics.evaluators.exemplar import exemplar_source
 
         out.append(exemplar_source)
     return out + list(opts.candidate_sources)

@@ -173,7 +173,7 @@ def oracle_tau(ds, target, task, truth, seed, top_n) -> float | None:
     """Held-out τ of the regression on MetricBank plus the true signal values and the reversed
     ones flipped (the oracle knows which criteria carry signal and which way)."""
     from autometrics.evaluators.induce import fit_on_features
-    from autometrics.evaluators.judges.retrieve import score_bank
+    from autometrics.evaluators.retrieval import score_bank
 
     lab = ds.labelled(target)
     X, meta, notes = score_bank(lab, target, task, test_size=None, seed=seed)[0]

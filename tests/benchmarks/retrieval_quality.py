@@ -53,7 +53,7 @@ from pathlib import Path
 import numpy as np
 from autometrics.evaluators.data import load_dataset
 from autometrics.evaluators.fit import score_metrics
-from autometrics.evaluators.judges.retrieve import (
+from autometrics.evaluators.retrieval import (
     CARD_WEIGHT,
     RRF_K,
     SCREEN_ROWS,

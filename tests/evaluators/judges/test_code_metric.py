@@ -1,4 +1,4 @@
-"""Code-generated metrics (evaluators/judges/code_metric.py): code extracted from replies,
+"""Code-generated metrics (evaluators/code_metric.py): code extracted from replies,
 generation with repair against the fake OpenAI-compatible server, scoring SimpEval through the
 sandbox, the artifact round trip (``Evaluator.load(...).score`` re-runs the stored source in the
 sandbox; a tampered source fails with the reason) and the report section."""
@@ -15,7 +15,7 @@ from autometrics.evaluators.data import load_dataset
 from autometrics.evaluators.evaluator import Evaluator, score_metrics
 from autometrics.evaluators.features import metric_from_artifact_spec
 from autometrics.evaluators.induce import fit_on_features
-from autometrics.evaluators.judges.code_metric import (
+from autometrics.evaluators.code_metric import (
     CodeMetric,
     CodeMetricSpec,
     code_metric_entry,
@@ -23,7 +23,7 @@ from autometrics.evaluators.judges.code_metric import (
     extract_code,
     generate_code_metrics,
 )
-from autometrics.evaluators.judges.sandbox import SandboxLimits, sandbox_unavailable
+from autometrics.evaluators.sandbox import SandboxLimits, sandbox_unavailable
 from autometrics.evaluators.report import safe_markdown
 from autometrics.evaluators.stats import kendall_tau
 from fake_llm_server import FakeLLMServer

@@ -7,7 +7,7 @@ import json
 
 import numpy as np
 import pytest
-from autometrics.evaluators.judges.exemplar import (
+from autometrics.evaluators.exemplar import (
     FEATURE,
     ExemplarMetric,
     embed,
@@ -171,7 +171,7 @@ def test_clear_error_when_the_encoder_weights_are_absent(tmp_path):
 
 def test_exemplar_source_is_a_screenable_candidate(tmp_path):
     from autometrics.evaluators.judges.candidates import CandidateContext
-    from autometrics.evaluators.judges.exemplar import exemplar_source
+    from autometrics.evaluators.exemplar import exemplar_source
 
     said = []
     n = 12

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
-from autometrics.evaluators.judges.retrieve import (
+from autometrics.evaluators.retrieval import (
     CHEAP,
     LLM,
     MODEL,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 import pytest
-from autometrics.evaluators.judges.retrieve import (
+from autometrics.evaluators.retrieval import (
     Document,
     bank_documents,
     evaluate_retrieval,
@@ -55,7 +55,7 @@ def test_bm25s_debug_lines_follow_the_apps_log_level(caplog):
     pytest.importorskip("bm25s", reason="lexical retrieval needs bm25s (the `llm` extra)")
     import logging
 
-    from autometrics.evaluators.judges.retrieve import bank_documents, retrieve
+    from autometrics.evaluators.retrieval import bank_documents, retrieve
 
     with caplog.at_level(logging.WARNING):  # the CLI's level without -v
         retrieve("Simplify a sentence", "score", bank_documents(["BLEU", "ROUGE", "FKGL", "SARI"]), k=2, dense=False)

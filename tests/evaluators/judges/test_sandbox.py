@@ -1,4 +1,4 @@
-"""The sandbox that runs LLM-written metric code (evaluators/judges/sandbox.py), attacked by
+"""The sandbox that runs LLM-written metric code (evaluators/sandbox.py), attacked by
 hostile code: each attack is contained and reported as a failed metric with its reason, and the
 caller's files, environment and processes are untouched.  Limits are small, so each test takes
 about a second or less (the CPU and wall-clock tests wait out their limit)."""
@@ -11,7 +11,7 @@ import tempfile
 import time
 
 import pytest
-from autometrics.evaluators.judges.sandbox import SandboxLimits, check_source, run_metric_code, sandbox_unavailable
+from autometrics.evaluators.sandbox import SandboxLimits, check_source, run_metric_code, sandbox_unavailable
 
 pytestmark = pytest.mark.skipif(sandbox_unavailable() is not None, reason=str(sandbox_unavailable()))
 

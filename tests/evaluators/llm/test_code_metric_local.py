@@ -17,7 +17,7 @@ pytestmark = pytest.mark.slow
 
 
 def test_the_real_model_writes_a_code_metric_or_a_failure_with_its_reason(local_server, datasets_dir, tmp_path):
-    from autometrics.evaluators.judges.code_metric import CodeMetric, generate_code_metrics
+    from autometrics.evaluators.code_metric import CodeMetric, generate_code_metrics
     from autometrics.evaluators.llm.client import LLMCache, LLMClient, LLMConfig
 
     df = pd.read_csv(datasets_dir / "simpeval.csv").sample(40, random_state=0).reset_index(drop=True)

@@ -59,7 +59,7 @@ __all__ = ["MINILM", "FACTORY", "FEATURE", "DEFAULT_K", "MAX_EXEMPLARS", "knn_pr
 
 MINILM = "sentence-transformers/all-MiniLM-L6-v2"
 #: how an evaluator artifact names this class (``scoring._FACTORIES`` must list it)
-FACTORY = "autometrics.evaluators.judges.exemplar:ExemplarMetric"
+FACTORY = "autometrics.evaluators.exemplar:ExemplarMetric"
 FEATURE = "NearestExemplar"
 DEFAULT_K = 10
 #: subtract the mean label of the exemplars a row may use (module docstring: why centred)

@@ -28,7 +28,7 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 from autometrics.errors import UserError
-from autometrics.evaluators.judges.sandbox import (
+from autometrics.evaluators.sandbox import (
     ALLOWED_MODULES,
     FUNCTION_NAME,
     SandboxLimits,
@@ -44,7 +44,7 @@ from autometrics.metricbank.base import Metric, MetricUnavailable
 __all__ = ["CodeMetricSpec", "CodeMetric", "CodeMetricFailed", "generate_code_metrics", "code_messages", "extract_code",
            "code_metric_entry", "code_metrics_markdown", "estimate_code_calls", "code_metric_source", "CODE_FACTORY", "STAGE"]
 
-CODE_FACTORY = "autometrics.evaluators.judges.code_metric:CodeMetric"
+CODE_FACTORY = "autometrics.evaluators.code_metric:CodeMetric"
 STAGE = "generate:code"
 _EXAMPLES = 3  # high- and low-rated examples shown per candidate
 _CLIP = 400  # characters of each example text in the prompt
