@@ -28,6 +28,7 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 from autometrics.errors import UserError
+from autometrics.evaluators.llm.client import LLMClient
 from autometrics.evaluators.sandbox import (
     ALLOWED_MODULES,
     FUNCTION_NAME,
@@ -37,7 +38,6 @@ from autometrics.evaluators.sandbox import (
     run_metric_code,
     sandbox_unavailable,
 )
-from autometrics.evaluators.llm.client import LLMClient
 from autometrics.evaluators.stats import kendall_tau
 from autometrics.metricbank.base import Metric, MetricUnavailable
 

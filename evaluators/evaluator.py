@@ -103,7 +103,7 @@ class Evaluator:
                              "for a newer one, upgrade autometrics-sdk")
         self.artifact = artifact
         self.source = "evaluator"  # the file it was loaded from, for error messages
-        self._built: list[Metric] | None = None  # the metric objects, see _metrics()
+        self._built: list[Metric] | None = None  # the metric objects, see metrics()
 
     # ------------------------------------------------------------------ io
     @classmethod
@@ -177,7 +177,7 @@ class Evaluator:
         return f"{self.target} ~ {self.artifact['intercept']:.3g} {terms}"
 
     # --------------------------------------------------------------- scoring
-    def _metrics(self) -> list[Metric]:
+    def metrics(self) -> list[Metric]:
         """The selected metrics, built once per evaluator (model-based ones load their weights on
         first use, so online scoring must not rebuild them for every batch)."""
         if self._built is not None:
@@ -198,7 +198,7 @@ class Evaluator:
     def score_texts(self, outputs, inputs=None, references=None, *, progress: bool = False) -> pd.DataFrame:
         """Score raw lists; returns ``autometrics_score`` plus one column per selected metric."""
         outputs = list(outputs)
-        feats, _, notes = score_metrics(self._metrics(), outputs, None if inputs is None else list(inputs), references, progress=progress)
+        feats, _, notes = score_metrics(self.metrics(), outputs, None if inputs is None else list(inputs), references, progress=progress)
         missing = [f["feature"] for f in self.features if f["feature"] not in feats.columns]
         if missing:
             raise RuntimeError(f"cannot score: metric(s) {', '.join(missing)} could not run here: {'; '.join(notes)}")
@@ -254,7 +254,7 @@ class Evaluator:
             require_target=False,
             source=source,
         )
-        needs_ref = any(m.needs_reference for m in self._metrics())
+        needs_ref = any(m.needs_reference for m in self.metrics())
         if needs_ref and not ds.has_references:
             raise DataError(
                 f"{ds.source}: this evaluator uses reference-based metrics but the data has no reference column; "

@@ -8,8 +8,8 @@ import math
 import re
 from pathlib import Path
 
-from autometrics.evaluators.fit import FitResult
 from autometrics.evaluators.code_metric import code_metrics_markdown
+from autometrics.evaluators.fit import FitResult
 from autometrics.evaluators.report_candidates import candidates_markdown
 from autometrics.evaluators.report_svg import svg_scatter
 from autometrics.evaluators.validity import artifact_validity, split_line

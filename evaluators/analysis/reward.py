@@ -97,7 +97,7 @@ class EvaluatorReward:
         self.reference_field = reference_field or (refs[0] if refs else "reference")
         self.top_k = int(top_k)
         self.rationales = rationales
-        self.metrics = evaluator._metrics()  # built once, reused for every call
+        self.metrics = evaluator.metrics()  # built once, reused for every call
         self.needs_reference = [m.name for m in self.metrics if m.needs_reference]
         self.needs_input = [m.name for m in self.metrics if m.needs_input]
         self.judges = [m for m in self.metrics if getattr(m, "generated", False) and hasattr(m, "rationales")]

@@ -352,13 +352,21 @@ class Monitor:
 
     def score_new(self, *, limit_batches: int | None = None, options=None) -> int:
         """Score traces the champion has not scored yet (newest first); returns how many records
-        were stored.  Any number of workers may run this at once on one store: each claims
-        disjoint batches (:mod:`~autometrics.evaluators.continuous.online`, which also applies
-        ``options``, a :class:`~autometrics.evaluators.continuous.online.ScoringOptions`: lease,
-        judge sampling, budget, endpoint)."""
-        from autometrics.evaluators.continuous.online import score_new
+        were stored (:meth:`score_online` for the whole account)."""
+        return self.score_online(limit_batches=limit_batches, options=options).written
 
-        return score_new(self, limit_batches=limit_batches, options=options).written
+    def score_online(self, *, limit_batches: int | None = None, options=None):
+        """The one online scoring path: the champion scores its unscored traces.  Any number of
+        workers may run this at once on one store: each claims disjoint batches
+        (:mod:`~autometrics.evaluators.continuous.online`, which also applies ``options``, a
+        :class:`~autometrics.evaluators.continuous.online.ScoringOptions`: lease, judge sampling,
+        budget, endpoint).  Returns its :class:`~autometrics.evaluators.continuous.online.ScoringResult`."""
+        from autometrics.evaluators.continuous import online
+
+        champ = self.champion()
+        if champ is None:
+            return online.ScoringResult()
+        return online.score_new(self.store, self.cfg, champ, limit_batches=limit_batches, options=options)
 
     def scores_frame(self, evaluator_id: str | None = None, *, limit: int | None = None) -> pd.DataFrame:
         """Online scores (newest trace first) of one version, default the champion."""

@@ -3,7 +3,7 @@
 Why a module of its own: several ``autometrics worker`` processes (on one machine or many, one
 Postgres; or SQLite for the embedded default) score the same champion at once, and each trace
 must be scored once, not once per worker.  :func:`score_new` is what
-:meth:`Monitor.score_new <autometrics.evaluators.continuous.monitor.Monitor.score_new>` runs.
+:meth:`Monitor.score_online <autometrics.evaluators.continuous.monitor.Monitor.score_online>` runs.
 
 - **Claims.**  A worker claims a batch of unscored traces with a lease
   (:meth:`TraceStore.claim_unscored <autometrics.collectors.store.evaluations.EvaluationStore.claim_unscored>`:
@@ -144,7 +144,7 @@ def _prepare(champion: dict, opts: ScoringOptions):
             _PREPARED.move_to_end(key)
             return _PREPARED[key]
     ev = Evaluator(champion["artifact"])
-    metrics = ev._metrics()
+    metrics = ev.metrics()
     judges = [m for m in metrics if hasattr(m, "spec") and hasattr(m, "llm_config")]
     if judges:
         from autometrics.evaluators.llm.client import LLMClient
@@ -194,16 +194,13 @@ class _Heartbeat:
 # ------------------------------------------------------------------ scoring
 
 
-def score_new(monitor, *, limit_batches: int | None = None, options: ScoringOptions | None = None) -> ScoringResult:
-    """Claim, score and store batches of the champion's unscored traces (newest first) until none
-    is left or ``limit_batches`` (default ``monitor.cfg.max_batches``) times ``batch_size``
-    traces were claimed (judge batches are smaller, not fewer traces)."""
+def score_new(store, cfg, champ: dict, *, limit_batches: int | None = None, options: ScoringOptions | None = None) -> ScoringResult:
+    """Claim, score and store batches of ``champ``'s unscored traces (newest first) in ``store``
+    until none is left or ``limit_batches`` (default ``cfg.max_batches``) times ``cfg.batch_size``
+    traces were claimed (judge batches are smaller, not fewer traces).  ``cfg`` is the Monitor's
+    configuration (project, target, batch sizes, settle time)."""
     opts = options or ScoringOptions()
     res = ScoringResult()
-    champ = monitor.champion()
-    if champ is None:
-        return res
-    cfg, store = monitor.cfg, monitor.store
     ev, judges = _prepare(champ, opts)
     for j in judges:  # an endpoint that was down on an earlier tick may be back
         j.client.unreachable = None
@@ -228,7 +225,7 @@ def score_new(monitor, *, limit_batches: int | None = None, options: ScoringOpti
         left -= len(todo)
         try:
             with _Heartbeat(store, claim_id, lease_ns):
-                rows, keep, stop = _score_batch(monitor, champ, ev, judges, todo, opts, res)
+                rows, keep, stop = _score_batch(store, champ, ev, judges, todo, opts, res)
             for r in rows:
                 r.update(evaluator_id=champ["id"], project=cfg.project, target=cfg.target, scored_at_ns=time.time_ns())
             store.write_scores(rows, release=claim_id, keep=keep)
@@ -252,12 +249,11 @@ def _record(tid: str, start, error: str) -> dict:
             "trace_start_ns": start}
 
 
-def _score_batch(monitor, champ, ev, judges, todo, opts: ScoringOptions, res: ScoringResult):
+def _score_batch(store, champ, ev, judges, todo, opts: ScoringOptions, res: ScoringResult):
     """Score one claimed batch: (rows to store, trace ids to keep claimed, stop the run?)."""
     from autometrics.evaluators.continuous.refit import explain_scores
     from autometrics.evaluators.fit import SCORE_COLUMN
 
-    store = monitor.store
     rows: list[dict] = []
     first_seen = {t: seen for t, seen, _ in todo}
     live = []

@@ -34,7 +34,7 @@ from typing import Protocol
 
 from autometrics.collectors.store import TraceStore
 from autometrics.evaluators.continuous.monitor import Monitor, MonitorConfig
-from autometrics.evaluators.continuous.online import ScoringOptions, score_new
+from autometrics.evaluators.continuous.online import ScoringOptions
 
 __all__ = ["Worker", "WorkerOptions", "Publisher", "run_job", "dashboard_default"]
 
@@ -106,7 +106,7 @@ class Worker:
                         out["refit"] = self.monitor.refit(min_new_feedback=need)
                         out["alerts"] = list(out["refit"].alerts)
                 elif kind == "score":
-                    res = score_new(self.monitor, options=self.opts.scoring)
+                    res = self.monitor.score_online(options=self.opts.scoring)
                     out["scored"], out["scoring"] = res.written, res
                     out["alerts"] = list(alerts or []) + self.monitor.check_drift()
                 self._publish(out)

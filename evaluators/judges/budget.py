@@ -143,8 +143,8 @@ def stage_estimates(counts: GeneratorCounts, n_train: int, n_test: int, case_tok
     ``local`` (a llama.cpp server), ``evaluated_prompt_tokens`` counts an example's text once per
     row and screening round, as its prefix cache serves the other criteria of that row.  ``generate``
     False: the judges are given, no generation stage."""
-    from autometrics.evaluators.judges.about_output import PROBES
     from autometrics.evaluators.code_metric import estimate_code_calls
+    from autometrics.evaluators.judges.about_output import PROBES
     from autometrics.evaluators.judges.metric import MAX_DEMO_CHARS
     from autometrics.evaluators.judges.screening import candidate_calls
 

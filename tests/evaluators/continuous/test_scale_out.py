@@ -202,7 +202,7 @@ def _judged_outputs(srv) -> list[str]:
 def test_judges_sampled_budgeted_and_asked_in_a_row(sqlite_url, llm_cache):
     from autometrics.collectors.store import TraceStore
     from autometrics.evaluators.continuous.monitor import Monitor, MonitorConfig
-    from autometrics.evaluators.continuous.online import ScoringOptions, sampled_for_judges, score_new
+    from autometrics.evaluators.continuous.online import ScoringOptions, sampled_for_judges
 
     store = TraceStore(sqlite_url)
     with FakeLLMServer() as fit_srv:
@@ -215,7 +215,7 @@ def test_judges_sampled_budgeted_and_asked_in_a_row(sqlite_url, llm_cache):
     budget_traces = len(sampled) - 10
     opts = ScoringOptions(judge_sample_rate=0.5, judge_calls_per_hour=budget_traces * n_judges, judge_concurrency=1)
     with FakeLLMServer(delay=0.01) as srv:  # the fit's server is gone: --judge-url points the judges here
-        res = score_new(mon, options=ScoringOptions(**{**opts.__dict__, "judge_url": srv.url}))
+        res = mon.score_online(options=ScoringOptions(**{**opts.__dict__, "judge_url": srv.url}))
         assert mon.score_new(options=ScoringOptions(**{**opts.__dict__, "judge_url": srv.url})) == 0  # nothing retried
     sc = mon.scores_frame().set_index("trace_id")
     assert len(sc) == len(ids) == res.written and res.scored == budget_traces
@@ -240,7 +240,7 @@ def test_judges_sampled_budgeted_and_asked_in_a_row(sqlite_url, llm_cache):
 def test_failed_judge_requests_come_back_after_the_lease_then_give_up(sqlite_url, llm_cache):
     from autometrics.collectors.store import TraceStore
     from autometrics.evaluators.continuous.monitor import Monitor, MonitorConfig
-    from autometrics.evaluators.continuous.online import ScoringOptions, score_new
+    from autometrics.evaluators.continuous.online import ScoringOptions
 
     store = TraceStore(sqlite_url)
     with FakeLLMServer() as fit_srv:
@@ -249,11 +249,11 @@ def test_failed_judge_requests_come_back_after_the_lease_then_give_up(sqlite_url
     mon = Monitor(store, MonitorConfig(target="score", project="p", settle_seconds=0))
     with FakeLLMServer(default="500") as srv:  # fails on every retry
         opts = ScoringOptions(lease_seconds=60, max_claims=2, judge_url=srv.url)
-        first = score_new(mon, options=opts)
+        first = mon.score_online(options=opts)
         assert first.written == 0 and first.retry_later == 6 and len(store.claims(champ["id"])) == 6  # kept claimed
-        assert score_new(mon, options=opts).batches == 0  # still leased: nobody takes them yet
+        assert mon.score_online(options=opts).batches == 0  # still leased: nobody takes them yet
         _expire(store, store.claims(champ["id"])[0]["worker"])
-        second = score_new(mon, options=opts)  # claim 2 of 2 fails too: an error record each
+        second = mon.score_online(options=opts)  # claim 2 of 2 fails too: an error record each
     assert second.given_up == 6 and second.written == 6 and store.claims(champ["id"]) == []
     sc = mon.scores_frame().set_index("trace_id")
     assert set(sc.index) == set(ids) and sc["error"].str.startswith("judge requests failed on try 2 of 2: gave up after 2 attempts: HTTP 500").all()
@@ -261,7 +261,7 @@ def test_failed_judge_requests_come_back_after_the_lease_then_give_up(sqlite_url
     ids2 = write_traces(store, simpeval(50).iloc[46:], project="p", t0_ns=19_000_000_000, feedback=False)
     with FakeLLMServer() as dead:
         url = dead.url
-    res = score_new(mon, options=ScoringOptions(judge_url=url))
+    res = mon.score_online(options=ScoringOptions(judge_url=url))
     assert res.written == 0 and "unreachable" in " ".join(res.notes) and store.claims(champ["id"]) == []
     assert {t for t, _ in store.unscored_traces("p", champ["id"], 100)} == set(ids2)
     store.dispose()
@@ -270,7 +270,7 @@ def test_failed_judge_requests_come_back_after_the_lease_then_give_up(sqlite_url
 def test_a_dead_workers_batch_is_scored_after_its_lease_and_repeated_deaths_give_up(sqlite_url):
     from autometrics.collectors.store import TraceStore
     from autometrics.evaluators.continuous.monitor import Monitor, MonitorConfig
-    from autometrics.evaluators.continuous.online import ScoringOptions, score_new
+    from autometrics.evaluators.continuous.online import ScoringOptions
 
     store = TraceStore(sqlite_url)
     write_traces(store, simpeval(60), project="p")
@@ -284,14 +284,14 @@ def test_a_dead_workers_batch_is_scored_after_its_lease_and_repeated_deaths_give
     held = {t for t, _, _ in dead}
     assert held.isdisjoint(mon.scores_frame()["trace_id"])
     _expire(store, "dead:1")
-    res = score_new(mon, options=opts)
+    res = mon.score_online(options=opts)
     assert res.written == res.scored == 8 and set(mon.scores_frame()["trace_id"]) >= set(new)
     # a trace whose workers keep dying: claimed twice without a result, the third claim gives up on it
     t = _traces(store, 1, prefix="d", t0=99_000_000_000)[0]
     for _ in range(2):
         _claim(store, 1, "dead:2", 60, eid=eid)
         _expire(store, "dead:2")
-    res = score_new(mon, options=opts)
+    res = mon.score_online(options=opts)
     rec = mon.scores_frame().set_index("trace_id").loc[t]
     assert res.given_up == 1 and (rec["score"] is None or rec["score"] != rec["score"])
     assert rec["error"].startswith("scoring given up: claimed 2 times before without a stored result")

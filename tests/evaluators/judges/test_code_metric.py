@@ -11,10 +11,6 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
-from autometrics.evaluators.data import load_dataset
-from autometrics.evaluators.evaluator import Evaluator, score_metrics
-from autometrics.evaluators.features import metric_from_artifact_spec
-from autometrics.evaluators.induce import fit_on_features
 from autometrics.evaluators.code_metric import (
     CodeMetric,
     CodeMetricSpec,
@@ -23,8 +19,12 @@ from autometrics.evaluators.code_metric import (
     extract_code,
     generate_code_metrics,
 )
-from autometrics.evaluators.sandbox import SandboxLimits, sandbox_unavailable
+from autometrics.evaluators.data import load_dataset
+from autometrics.evaluators.evaluator import Evaluator, score_metrics
+from autometrics.evaluators.features import metric_from_artifact_spec
+from autometrics.evaluators.induce import fit_on_features
 from autometrics.evaluators.report import safe_markdown
+from autometrics.evaluators.sandbox import SandboxLimits, sandbox_unavailable
 from autometrics.evaluators.stats import kendall_tau
 from fake_llm_server import FakeLLMServer
 

@@ -170,8 +170,8 @@ def test_clear_error_when_the_encoder_weights_are_absent(tmp_path):
 
 
 def test_exemplar_source_is_a_screenable_candidate(tmp_path):
-    from autometrics.evaluators.judges.candidates import CandidateContext
     from autometrics.evaluators.exemplar import exemplar_source
+    from autometrics.evaluators.judges.candidates import CandidateContext
 
     said = []
     n = 12
