@@ -192,6 +192,10 @@ class Evaluator:
         self._built = list(seen.values())
         return self._built
 
+    def metrics(self) -> list[Metric]:
+        """The metrics this evaluator scores with (one per signature), built on first use."""
+        return list(self._metrics())
+
     def score_texts(self, outputs, inputs=None, references=None, *, progress: bool = False) -> pd.DataFrame:
         """Score raw lists; returns ``autometrics_score`` plus one column per selected metric."""
         outputs = list(outputs)
