@@ -4,7 +4,8 @@ Layout (one home per concern):
 
 - core, at this level: ``data`` (load and validate labelled data), ``scoring`` (score texts
   with metrics), ``regression`` (metric selection + weights), ``induce`` (from a scored matrix to
-  a validated evaluator), ``fit`` (**the one entry point**, ``fit_evaluator``), ``evaluator``
+  a validated evaluator), ``estimator`` (the fit as a scikit-learn estimator,
+  ``AutoMetricsRegressor``), ``fit`` (**the one entry point**, ``fit_evaluator``), ``evaluator``
   (the JSON artifact and its formula), ``stats`` (Kendall tau, bootstrap, paired differences),
   ``report`` (Markdown/HTML).
 - ``llm/``: LLM infrastructure (model config, client, reply cache, the embedded local model).

@@ -38,6 +38,7 @@ __all__ = [
     "load_dataset",
     "read_table",
     "parse_labels",
+    "check_target",
     "builtin_dataset_path",
     "MIN_LABELLED",
 ]
@@ -331,6 +332,22 @@ class Dataset:
         return self.subset(train), self.subset(test)
 
 
+def check_target(info: LabelInfo, column: str, source: str, min_labelled: int = MIN_LABELLED) -> list[str]:
+    """Refuse labels no evaluator can be fitted to (too few, or constant), naming ``source`` and
+    ``column``; returns the warnings the data still deserves (rows without a label)."""
+    if info.n_labelled < min_labelled:
+        raise DataError(
+            f"{source}: column {column!r} has only {info.n_labelled} labelled row(s); at least {min_labelled} "
+            "are needed to fit and validate an evaluator. Collect more feedback first."
+        )
+    if info.n_distinct < 2:
+        raise DataError(
+            f"{source}: column {column!r} is constant ({info.minimum:g} on all {info.n_labelled} labelled rows); "
+            "a constant judgment cannot be predicted. Check that you chose the right --target."
+        )
+    return [f"{info.n_missing} row(s) have no {column!r} label; they are excluded from the fit."] if info.n_missing else []
+
+
 def load_dataset(
     data,
     target: str | list[str] | None = None,
@@ -445,18 +462,7 @@ def load_dataset(
         out[t] = y
         labels[t] = info
         if require_target:
-            if info.n_labelled < min_labelled:
-                raise DataError(
-                    f"{source}: column {t!r} has only {info.n_labelled} labelled row(s); at least {min_labelled} "
-                    "are needed to fit and validate an evaluator. Collect more feedback first."
-                )
-            if info.n_distinct < 2:
-                raise DataError(
-                    f"{source}: column {t!r} is constant ({info.minimum:g} on all {info.n_labelled} labelled rows); "
-                    "a constant judgment cannot be predicted. Check that you chose the right --target."
-                )
-            if info.n_missing:
-                warnings.append(f"{info.n_missing} row(s) have no {t!r} label; they are excluded from the fit.")
+            warnings += check_target(info, t, source, min_labelled)
 
     return Dataset(
         frame=out,

@@ -195,6 +195,7 @@ class Evaluator:
         self._built = list(seen.values())
         return self._built
 
+
     def score_texts(self, outputs, inputs=None, references=None, *, progress: bool = False) -> pd.DataFrame:
         """Score raw lists; returns ``autometrics_score`` plus one column per selected metric."""
         outputs = list(outputs)

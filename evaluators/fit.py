@@ -1,6 +1,7 @@
 """The one fit entry point: labelled data in, a validated evaluator out.
 
-``fit_evaluator`` loads and validates the data, then takes one of two paths that end in the same
+``fit_evaluator`` loads and validates the data and fits
+:class:`~autometrics.evaluators.estimator.AutoMetricsRegressor` on it, which takes one of two paths that end in the same
 regression (:func:`~autometrics.evaluators.induce.fit_on_features`):
 
 - ``llm=None`` (default): the LLM-free path.  Every cheap MetricBank metric the data can feed is
@@ -20,23 +21,19 @@ Example::
 
 from __future__ import annotations
 
-import dataclasses
-import time
-
 import pandas as pd
-from autometrics.collectors.files import json_safe
 from autometrics.errors import DataError, UserError
 from autometrics.evaluators.data import Dataset, load_dataset
+from autometrics.evaluators.estimator import AutoMetricsRegressor
 from autometrics.evaluators.evaluator import SCORE_COLUMN, Evaluator, load_evaluator, score_metrics
-from autometrics.evaluators.induce import DEFAULT_REGRESSION, MIN_LABELS_FOR_CONFIDENCE, FitResult, fit_on_features
+from autometrics.evaluators.induce import DEFAULT_REGRESSION, MIN_LABELS_FOR_CONFIDENCE, FitResult
 from autometrics.evaluators.judges.options import LLMOptions
-from autometrics.evaluators.retrieval import score_bank
 from autometrics.evaluators.sampling import sample_rows
 from autometrics.evaluators.validity import CrossFit
-from autometrics.metricbank import Metric, get_metric
+from autometrics.metricbank import Metric
 
-__all__ = ["fit_evaluator", "FitResult", "Evaluator", "LLMOptions", "load_evaluator", "score_metrics", "SCORE_COLUMN",
-           "MIN_LABELS_FOR_CONFIDENCE", "CrossFit"]
+__all__ = ["fit_evaluator", "AutoMetricsRegressor", "FitResult", "Evaluator", "LLMOptions", "load_evaluator",
+           "score_metrics", "SCORE_COLUMN", "MIN_LABELS_FOR_CONFIDENCE", "CrossFit"]
 
 
 def fit_evaluator(
@@ -81,35 +78,28 @@ def fit_evaluator(
     and its validity is cross-fitted (``crossfit``: folds, repeats, permutations; see
     :mod:`autometrics.evaluators.validity`); with ``test_size`` a grouped held-out split is kept.
     """
-    started = time.perf_counter()
     ds = dataset or load_dataset(data, target, input_col=input_col, output_col=output_col, reference_cols=reference_cols,
                                  id_col=id_col, group_col=group_col)
     if target not in ds.targets:
         raise DataError(f"target {target!r} was not loaded; loaded targets: {ds.targets}")
     if max_rows is not None and features is None:
         ds = sample_rows(ds, target, max_rows, seed)
-    crossfit = crossfit or CrossFit(n_boot=n_boot)
-    common = {"task": task, "test_size": test_size, "seed": seed, "top_n": top_n, "n_boot": n_boot, "regression": regression,
-              "crossfit": crossfit}
-    if llm is not None or llm_options is not None:
-        from autometrics.evaluators.judges.pipeline import fit_with_judges
-
-        opts = llm_options or LLMOptions()
-        if llm is not None:
-            opts = dataclasses.replace(opts, llm=llm)
-        return fit_with_judges(ds, target, opts, progress=progress, dry_run=dry_run, echo=echo, **common)
+    est = AutoMetricsRegressor(target, task=task, metrics=metrics, llm=llm, llm_options=llm_options, regression=regression,
+                               top_n=top_n, test_size=test_size, crossfit=crossfit, n_boot=n_boot, seed=seed,
+                               input_col=input_col, output_col=output_col, reference_cols=reference_cols, id_col=id_col,
+                               group_col=group_col, progress=progress, echo=echo)
     if dry_run:
+        return _dry_run(est, ds)
+    return est.fit(ds, features=features).result_
+
+
+def _dry_run(est: AutoMetricsRegressor, ds: Dataset) -> dict:
+    """What fitting ``est`` (the full method) on ``ds`` would cost: LLM calls and tokens, with
+    ``llm_options.warmup`` seconds per stage from one measured call; no other call is made."""
+    from autometrics.evaluators.judges.pipeline import fit_with_judges
+
+    opts = est.judge_options()
+    if opts is None:
         raise UserError("dry_run estimates LLM calls: pass llm= (the LLM-free fit makes none)")
-    lab = ds.labelled(target)
-    unavailable: dict[str, str] = {}
-    plan = None
-    if features is None:
-        if metrics is None:  # the retrieval policy: cheap metrics always, expensive ones by measured signal
-            features, _bank, unavailable, plan = score_bank(lab, target, task, test_size=test_size, seed=seed, progress=progress)
-        else:
-            bank = [get_metric(m) if isinstance(m, str) else m for m in metrics]
-            features = score_metrics(bank, lab.outputs, lab.inputs if lab.has_input else None, lab.references, progress=progress)
-    result = fit_on_features(ds, target, features, unavailable=unavailable, started=started, **common)
-    if plan is not None:
-        result.evaluator.artifact["retrieval"] = json_safe(plan.to_dict())
-    return result
+    return fit_with_judges(ds, est.target, opts, progress=est.progress, dry_run=True, echo=est.echo, **est.fit_options())
+

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 from autometrics.errors import UserError
+from sklearn.base import BaseEstimator, RegressorMixin
 
 __all__ = ["LinearSelector", "PLSMetricSelector", "prepare"]
 
@@ -28,7 +29,8 @@ def _pls_1(Z: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, float]:
     coef = np.asarray(pls.coef_, dtype=float).reshape(-1)
     if coef.shape[0] != Z.shape[1]:  # older scikit-learn stores (n_features, n_targets)
         coef = np.asarray(pls.coef_, dtype=float).T.reshape(-1)
-    x_mean = np.asarray(pls._x_mean, dtype=float)
+    # PLS predicts (Z - mean of Z's training columns) @ coef + intercept_; that mean is what it centres by
+    x_mean = np.asarray(Z, dtype=float).mean(axis=0)
     intercept = float(np.ravel(pls.intercept_)[0]) - float(x_mean @ coef)
     return coef, intercept
 
@@ -58,8 +60,11 @@ def prepare(X, y, generated):
     return X, y, generated, impute, mean, safe_scale, usable, Z
 
 
-class LinearSelector:
-    """Base of every selector (here and in :mod:`.selection`), the scoring half: ``predict = transform_selected(X) @ coef_ + intercept_``."""
+class LinearSelector(RegressorMixin, BaseEstimator):
+    """Base of every selector (here and in :mod:`.selection`), the scoring half: ``predict = transform_selected(X) @ coef_ + intercept_``.
+
+    A scikit-learn estimator: subclasses' ``__init__`` only store their settings, so
+    ``get_params``, ``set_params`` and ``sklearn.base.clone`` work on every selector."""
 
     def _store(self, p, impute, mean, scale, usable, stage1, selected, coef, intercept) -> None:
         self.n_features_in_ = p

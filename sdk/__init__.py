@@ -18,6 +18,7 @@ __all__ = [
     "load_evaluator",
     "load_dataset",
     "Evaluator",
+    "AutoMetricsRegressor",
     # capture (autometrics.capture; needs the `observe` extra)
     "configure",
     "observe",
@@ -38,7 +39,7 @@ _OBSERVE_NAMES = frozenset(__all__[__all__.index("configure"):]) | {"stats", "tr
 
 def __getattr__(name: str):
     # Lazy re-exports keep `import autometrics` fast (no pandas/sklearn at import time).
-    if name in ("fit_evaluator", "Evaluator", "load_evaluator"):
+    if name in ("fit_evaluator", "Evaluator", "load_evaluator", "AutoMetricsRegressor"):
         from autometrics.evaluators import fit as _fit
 
         return getattr(_fit, name)

@@ -1,29 +1,33 @@
-"""This package's method as a benchmark baseline: :func:`~autometrics.evaluators.fit.fit_evaluator`
-on the split (MetricBank only, or with generated judges when an LLM is given)."""
+"""This package's method as a benchmark baseline:
+:class:`~autometrics.evaluators.estimator.AutoMetricsRegressor` fitted on the split's training
+rows and predicting its test rows (MetricBank only, or with generated judges when an LLM is given)."""
 
 from __future__ import annotations
 
 import logging
 
-import numpy as np
-from autometrics.evaluators.benchmark.base import USAGE_KEYS, Baseline, MetricFeatures, SplitContext, _ids
-from autometrics.evaluators.data import Dataset
+from autometrics.evaluators.benchmark.base import USAGE_KEYS, Baseline, MetricFeatures
+from autometrics.evaluators.estimator import AutoMetricsRegressor
+from autometrics.evaluators.validity import CrossFit
 
 log = logging.getLogger("autometrics")
+
+#: the estimator's own validation inside the training rows.  The harness measures the held-out
+#: figure itself, so no permutation test and no bootstrap interval is paid for; the folds stay,
+#: since the fit with judges chooses between itself and its LLM-free floor by their cross-fitted τ.
+BENCHMARK_CROSSFIT = CrossFit(permutations=0, n_boot=0)
 
 
 # --------------------------------------------------------------------------- AutoMetrics
 
 
 class AutoMetricsBaseline(Baseline):
-    """The AutoMetrics evaluator: :func:`.fit.fit_evaluator` (``llm=None``) or
-    :func:`~autometrics.evaluators.fit.fit_evaluator` with an LLM (generated judges + retrieval) when ``llm`` is given.
+    """The AutoMetrics evaluator: :class:`.estimator.AutoMetricsRegressor`, LLM-free (on the
+    shared MetricBank scores) or with generated judges and retrieval when ``llm`` is given.
 
-    Both split the labelled data themselves; with a :class:`SplitContext` they get the full
-    labelled data and the same seed/test size, so their split equals the harness's (checked:
-    a mismatch raises).  Test labels are then only used for the artifact's own statistics,
-    never for selection.  Without a context, ``train`` is all they see and they hold out
-    ``test_size`` of it internally as ``autometrics fit`` does."""
+    It is fitted on the training rows alone (its validity cross-fitted inside them) and predicts
+    the test rows, so their labels never reach it.  A split context gives the target's name, the
+    task and the split's seed."""
 
     key = "autometrics"
 
@@ -51,55 +55,42 @@ class AutoMetricsBaseline(Baseline):
             return f"AutoMetrics (LLM judges: {self.llm})"
         return "AutoMetrics (no LLM: MetricBank + NNLS)"
 
-    def fit(self, train, y, *, context=None):
-        y = self._check_fit_args(train, y)
-        standalone = context is None
-        if standalone:
-            from autometrics.evaluators.data import parse_labels
-
-            frame = train.frame.copy()
-            frame["__y__"] = y
-            _, info = parse_labels(frame["__y__"], "__y__")
-            full = Dataset(frame=frame, targets=["__y__"], labels={"__y__": info}, source=train.source,
-                           columns=train.columns, has_references=train.has_references, has_input=train.has_input)
-            context = SplitContext(target="__y__", full=full, seed=self.seed)
-        target = context.target
+    def estimator(self, *, target: str = "label", task: str | None = None, seed: int | None = None) -> AutoMetricsRegressor:
+        """The (unfitted) estimator this baseline fits."""
+        common = {"task": task, "top_n": self.top_n, "n_boot": 0, "crossfit": BENCHMARK_CROSSFIT,
+                  "seed": self.seed if seed is None else seed}
         if self.llm:
-            from autometrics.evaluators.fit import fit_evaluator
             from autometrics.evaluators.judges.options import PAPER_COUNTS, LLMOptions
 
             cache = self.cache if isinstance(self.cache, str) or self.cache is None else None
             opts = LLMOptions(llm=self.llm, judge_llm=self.judge_llm, counts=self.counts or PAPER_COUNTS,
-                                      use_bank=self.use_bank, cache=cache, concurrency=self.concurrency,
-                                      timeout=self.timeout, max_retries=self.max_retries)
-            result = fit_evaluator(None, target, task=context.task, llm_options=opts, dataset=context.full,
-                                   test_size=context.test_size, seed=context.seed, top_n=self.top_n, n_boot=0)
-            total = (result.evaluator.artifact.get("llm") or {}).get("usage", {}).get("total", {})
-            for k in USAGE_KEYS:
-                self._usage[k] += int(total.get(k, 0))
-        else:
-            from autometrics.evaluators.fit import fit_evaluator
+                              use_bank=self.use_bank, cache=cache, concurrency=self.concurrency,
+                              timeout=self.timeout, max_retries=self.max_retries)
+            return AutoMetricsRegressor(target, llm_options=opts, **common)
+        return AutoMetricsRegressor(target, feature_cache=self.features, **common)
 
-            result = fit_evaluator(None, target, task=context.task, dataset=context.full,
-                                   features=self.features.frame(context.full), test_size=context.test_size,
-                                   seed=context.seed, top_n=self.top_n, n_boot=0)
-        fitted_train = set(result.train["id"].astype(str))
-        if not standalone and fitted_train != set(_ids(train)):
-            raise RuntimeError("AutoMetrics' internal split differs from the given training rows; pass the same "
-                               "labelled data, seed and test size in the SplitContext")
-        self.result_ = result
-        self.evaluator_ = result.evaluator
-        self._known = {}
-        for f in (result.train, result.test):
-            self._known.update(zip(f["id"].astype(str), f["score"].astype(float), strict=True))
+    def fit(self, train, y, *, context=None):
+        y = self._check_fit_args(train, y)
+        est = self.estimator(target=context.target if context is not None else "label",
+                             task=context.task if context is not None else None,
+                             seed=context.seed if context is not None else None)
+        est.fit(train, y)
+        self._add_usage((est.evaluator_.artifact.get("llm") or {}).get("usage", {}).get("total", {}))
+        self.estimator_ = est
+        self.result_ = est.result_
+        self.evaluator_ = est.evaluator_
         return self
 
     def predict(self, rows):
-        ids = _ids(rows)
-        if all(i in self._known for i in ids):  # rows of the fit: its own predictions (no re-scoring)
-            return np.array([self._known[i] for i in ids], dtype=float)
-        scored = self.evaluator_.score_texts(rows.outputs, rows.inputs if rows.has_input else None, rows.references)
-        return scored["autometrics_score"].to_numpy(dtype=float)
+        before = self.estimator_.predict_usage()
+        pred = self.estimator_.predict(rows)
+        after = self.estimator_.predict_usage()
+        self._add_usage({k: int(after.get(k, 0)) - int(before.get(k, 0)) for k in USAGE_KEYS})
+        return pred
+
+    def _add_usage(self, total: dict) -> None:
+        for k in USAGE_KEYS:
+            self._usage[k] += int(total.get(k, 0))
 
     def usage(self):
         return dict(self._usage)

@@ -1,6 +1,6 @@
 """The baselines' common ground: the interface every benchmark method implements
-(:class:`Baseline`: ``fit(train, y)``, ``predict(rows)``; NaN = could not score that row), the
-split a method is fitted on (:class:`SplitContext`), and the shared MetricBank score cache
+(:class:`Baseline`: ``fit(train, y)``, ``predict(rows)``; NaN = could not score that row), what a
+method may know about its split besides the rows (:class:`SplitContext`), and the shared MetricBank score cache
 (:class:`MetricFeatures`: the bank is scored once per benchmark and reused for every split)."""
 
 from __future__ import annotations
@@ -29,16 +29,13 @@ GENERIC_RUBRIC = {
 
 @dataclass
 class SplitContext:
-    """What the harness knows about the current split, for methods that must reproduce it
-    themselves (``fit_evaluator`` splits the labelled data internally).
-
-    ``full`` is every labelled row; ``seed``/``test_size`` give the split; ``task`` and
-    ``criterion`` describe the task and the target (the annotation instructions)."""
+    """What the harness knows about the current split beyond its rows: ``target`` names the
+    label, ``seed`` is the split's seed (seeded methods follow it, so every split refits with its
+    own randomness), ``task`` and ``criterion`` describe the task and the target (the annotation
+    instructions the LLM judges are given)."""
 
     target: str
-    full: Dataset
     seed: int = 0
-    test_size: float = 0.3
     task: str | None = None
     criterion: str | None = None
 
@@ -178,6 +175,7 @@ class MetricFeatures:
         return np.vstack([self._rows[k] for k in self._keys(rows)]) if len(rows) else np.zeros((0, len(self.names or [])))
 
     def frame(self, rows: Dataset) -> tuple[pd.DataFrame, dict, list[str]]:
-        """``(features, meta, notes)`` as :func:`.fit.fit_evaluator` takes them."""
+        """``(features, meta, notes)`` as :func:`.fit.fit_evaluator` and
+        :class:`~autometrics.evaluators.estimator.AutoMetricsRegressor` (``feature_cache``) take them."""
         X = self.matrix(rows)
         return pd.DataFrame(X, columns=self.names, index=range(len(rows))), self.meta, list(self.notes)

@@ -326,7 +326,7 @@ def run_benchmark(
             continue
         run_keys.append(key)
     if "autometrics" in run_keys and not llm:
-        notes.append("AutoMetrics ran LLM-free (fit_evaluator: MetricBank + NNLS); pass --llm for generated judges.")
+        notes.append("AutoMetrics ran LLM-free (MetricBank + NNLS); pass --llm for generated judges.")
 
     shared: dict = {}
     needs_features = any(k in ("best_metric", "metametrics") or (k == "autometrics" and not llm) for k in run_keys)
@@ -368,7 +368,7 @@ def run_benchmark(
         per_seed, wall = [], 0.0
         for s, tr, te in splits:
             train, test = lab.subset(tr), lab.subset(te)
-            ctx = SplitContext(target=target, full=lab, seed=s, test_size=test_size, task=task, criterion=criterion)
+            ctx = SplitContext(target=target, seed=s, task=task, criterion=criterion)
             u0 = method.usage()
             t0 = time.perf_counter()
             entry = {"seed": s, "n_train": len(tr), "n_test": len(te)}

@@ -56,7 +56,7 @@ from autometrics.errors import UserError
 
 __all__ = ["ScoringOptions", "ScoringResult", "score_new", "sampled_for_judges"]
 
-log = logging.getLogger("autometrics.continuous.scoring")
+log = logging.getLogger("autometrics.continuous.online")
 
 _SAMPLE_SALT = "autometrics-judge-sample:"
 # a judge request refused for the whole endpoint (key, permission, model name): like an unreachable

@@ -72,7 +72,9 @@ __all__ = ["fit_with_judges", "estimate_plan"]
 log = logging.getLogger("autometrics")
 
 
-def _clients(opts: LLMOptions) -> tuple[LLMClient, LLMClient]:
+def llm_clients(opts: LLMOptions) -> tuple[LLMClient, LLMClient]:
+    """The generator and judge clients of ``opts`` (one client when the judge model is the
+    generator), sharing one cache and one accounting."""
     over = {"concurrency": opts.concurrency, "timeout": opts.timeout, "max_retries": opts.max_retries, "backoff": opts.backoff}
     cache = False if opts.cache == "off" else LLMCache(opts.cache)
     usage = Usage(track_prefixes=True)  # the fit reports judge-prompt tokens against the floor (llm.tokens)
@@ -126,10 +128,10 @@ def fit_with_judges(ds, target: str, opts: LLMOptions, *, task: str | None = Non
     bank_used = _bank_used(opts, n_train())
     if dry_run:
         return plan_only(lab, opts, lab.split_positions(test_size, seed)[0], task, bank_used, top_n,
-                        judge=_clients(opts)[1] if opts.warmup else None, bank_note=None if bank_used else _bank_note(opts, n_train()))
+                        judge=llm_clients(opts)[1] if opts.warmup else None, bank_note=None if bank_used else _bank_note(opts, n_train()))
     say = lambda m: echo(f"[{target}] {m}")  # noqa: E731
     notes: list[str] = []
-    gen, judge = _clients(opts)
+    gen, judge = llm_clients(opts)
     for client in dict.fromkeys((gen, judge)):
         client.check_reachable()  # a down endpoint: a clear error now, not minutes of retries
     common = {"task": task, "test_size": test_size, "seed": seed, "top_n": top_n, "n_boot": n_boot, "regression": regression,
