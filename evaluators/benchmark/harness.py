@@ -42,10 +42,11 @@ from autometrics.evaluators.benchmark.baselines import (
     most_common,
 )
 from autometrics.evaluators.data import load_dataset
+from autometrics.evaluators.sampling import sample_rows
 from autometrics.evaluators.stats import kendall_tau
 from autometrics.metricbank import MetricUnavailable
 
-__all__ = ["METHODS", "LLM_METHODS", "run_benchmark", "sample_rows", "BenchmarkResult", "dataset_card", "t_interval", "comparison_markdown"]
+__all__ = ["METHODS", "LLM_METHODS", "run_benchmark", "BenchmarkResult", "dataset_card", "t_interval", "comparison_markdown"]
 
 #: every method, in table order
 METHODS = ("best_metric", "metametrics", "finetuned", "autometrics", "llm_judge", "dna_eval")
@@ -67,17 +68,6 @@ def t_interval(values) -> tuple[float, float, int]:
         return float(v[0]), math.nan, 1
     half = float(stats.t.ppf(0.975, k - 1) * v.std(ddof=1) / math.sqrt(k))
     return float(v.mean()), half, k
-
-
-def sample_rows(lab, max_rows: int | None, sample_seed: int = 0):
-    """A seeded uniform sample of ``max_rows`` rows (original order kept); all rows when
-    ``max_rows`` is None or not smaller than the data."""
-    if max_rows is None or max_rows >= len(lab):
-        return lab
-    if max_rows < 10:
-        raise DataError(f"--max-rows {max_rows} is too small; use at least 10")
-    keep = np.sort(np.random.default_rng(sample_seed).choice(len(lab), size=max_rows, replace=False))
-    return lab.subset(keep)
 
 
 def dataset_card(path) -> dict | None:
@@ -269,8 +259,8 @@ def run_benchmark(
     ``seeds``: a count (seeds 0..n-1) or explicit seeds.  ``methods``: keys of :data:`METHODS`
     (default all); LLM methods are skipped with a note when ``llm`` is None, and AutoMetrics
     then runs LLM-free.  ``task``/``criterion`` default to the ``datasets.json`` entry beside
-    ``data`` (task, and the target's label description).  ``max_rows``: a seeded uniform sample
-    of the labelled rows (``sample_seed``).  ``bank``: ``cpu`` (metrics without model weights)
+    ``data`` (task, and the target's label description).  ``max_rows``: about that many labelled rows
+    in whole input groups (``sample_seed``; the rule of ``fit --max-rows``, :mod:`~autometrics.evaluators.sampling`).  ``bank``: ``cpu`` (metrics without model weights)
     or ``all``; ``metrics``: explicit MetricBank names instead.  ``features``: a
     :class:`.baselines.MetricFeatures` to reuse (e.g. across targets of one dataset: metric
     scores do not depend on the target).
@@ -296,7 +286,8 @@ def run_benchmark(
                       id_col=id_col, group_col=group_col)
     lab = ds.labelled(target)
     n_all = len(lab)
-    lab = sample_rows(lab, max_rows, sample_seed)
+    if max_rows is not None:
+        lab = sample_rows(lab, target, max_rows, sample_seed)
     y = lab.y(target)
     if len(np.unique(y)) < 2:
         raise DataError(f"the {len(lab)} sampled rows all have the same {target!r}; use more rows")

@@ -33,7 +33,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                         "openai/NAME@http://host/v1, or local[:0.5b|:1.5b]); without it the LLM methods are skipped")
     b.add_argument("--judge-llm", default=None, help="judge model (default: --llm)")
     b.add_argument("--out", default="benchmark-results", help="folder for benchmark.json and benchmark.md")
-    b.add_argument("--max-rows", type=count(10), default=None, help="use a seeded random sample of N labelled rows")
+    b.add_argument("--max-rows", type=count(10), default=None, help="use a seeded sample of about N labelled rows in whole input groups (as fit --max-rows)")
     b.add_argument("--sample-seed", type=seed, default=0, help="seed of the --max-rows sample")
     b.add_argument("--test-size", type=fraction, default=0.3)
     b.add_argument("--task", default=None, help="task description (default: datasets.json beside DATA, if any)")

@@ -47,15 +47,6 @@ def jobs() -> dict[str, list[str]]:
     return {name: list(card.get("labels", {})) for name, card in cards.items()}
 
 
-def _sample(lab, max_rows: int | None, sample_seed: int = 0):
-    """The seeded uniform row sample the benchmark harness draws (same generator call as
-    ``harness.sample_rows``), so these targets hold exactly baselines.py's rows."""
-    if max_rows is None or max_rows >= len(lab):
-        return lab
-    keep = np.sort(np.random.default_rng(sample_seed).choice(len(lab), size=max_rows, replace=False))
-    return lab.subset(keep)
-
-
 def _rows_key(lab) -> list[tuple]:
     f = lab.frame
     return [(str(i), a, b, tuple(r)) for i, a, b, r in zip(f["id"], f["input"], f["output"], f["references"], strict=True)]
@@ -69,12 +60,14 @@ def dataset_features(name: str, targets: list[str], *, max_rows: int | None, cac
     one corpus, as in ``fit_evaluator``), and the matrix is pickled under ``cache_dir`` keyed by
     the rows' content, so a rerun only reloads the CSV."""
     from autometrics.evaluators.data import load_dataset
+    from autometrics.evaluators.sampling import sample_rows
 
     cards = json.loads((SHARED / "datasets.json").read_text(encoding="utf-8"))
     path = SHARED / cards[name]["file"]
     labs = {}
     for t in targets:  # loaded per target, as the harness does
-        labs[t] = _sample(load_dataset(path, t).labelled(t), max_rows)
+        lab = load_dataset(path, t).labelled(t)
+        labs[t] = lab if max_rows is None else sample_rows(lab, t, max_rows)  # the benchmark harness's rows
     union_pos: dict[tuple, tuple[str, int]] = {}
     for t, lab in labs.items():
         for i, k in enumerate(_rows_key(lab)):
