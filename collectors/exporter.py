@@ -23,9 +23,10 @@ import logging
 import threading
 import time
 
-from autometrics.collectors.sinks import CollectorSink, StoreFileChanged, StoreSink, _short
-from autometrics.collectors.spool import Spool
 from opentelemetry.sdk.trace import SpanProcessor
+
+from .sinks import CollectorSink, StoreFileChanged, StoreSink, _short
+from .spool import Spool
 
 log = logging.getLogger("autometrics.collectors")
 

@@ -13,8 +13,8 @@ import collections
 import logging
 import threading
 
-from autometrics.collectors.exporter import Counters, RateLimitedLog
-from autometrics.collectors.store import TraceStore
+from .exporter import Counters, RateLimitedLog
+from .store import TraceStore
 
 log = logging.getLogger("autometrics.collectors.server")
 

@@ -32,7 +32,7 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, HTTPServer
 
-from autometrics.collectors.limits import ByteBudget, CollectorLimits
+from .limits import ByteBudget, CollectorLimits
 
 log = logging.getLogger("autometrics.collectors.server")
 

@@ -219,7 +219,7 @@ class LangfuseClient:
                  public_key: str | None = None, secret_key: str | None = None, base_url: str | None = None,
                  timeout: float | None = None, retry: RetryRule | None = None, batch_size: int = 200,
                  max_pending: int = 10_000, sdk=None):
-        from autometrics.collectors.exporter import Counters, RateLimitedLog
+        from .exporter import Counters, RateLimitedLog
 
         self.counters = counters if counters is not None else Counters()
         self.errors = errors if errors is not None else RateLimitedLog(log)
@@ -657,7 +657,7 @@ class LangfuseForwarder:
 
     def __init__(self, *, counters=None, errors=None, public_key: str | None = None, secret_key: str | None = None,
                  base_url: str | None = None, timeout: float = 10.0):
-        from autometrics.collectors.exporter import BatchWriter, Counters
+        from .exporter import BatchWriter, Counters
 
         self.client = LangfuseClient(counters=counters, errors=errors, public_key=public_key, secret_key=secret_key,
                                      base_url=base_url, timeout=timeout)

@@ -46,12 +46,14 @@ import sys
 import threading
 import time
 
-from autometrics.collectors.convert import parse_otlp_json, parse_otlp_protobuf, rows_from_otlp
-from autometrics.collectors.exporter import Counters, RateLimitedLog
-from autometrics.collectors.feedback import MAX_COMMENT_CHARS, FeedbackValueError, make_feedback_row, make_schema
-from autometrics.collectors.group_commit import GroupCommitWriter, Overloaded
-from autometrics.collectors.http_limits import BoundedHTTPServer, BufferedRequestHandler
-from autometrics.collectors.limits import (
+from autometrics.errors import UserError
+
+from .convert import parse_otlp_json, parse_otlp_protobuf, rows_from_otlp
+from .exporter import Counters, RateLimitedLog
+from .feedback import MAX_COMMENT_CHARS, FeedbackValueError, make_feedback_row, make_schema
+from .group_commit import GroupCommitWriter, Overloaded
+from .http_limits import BoundedHTTPServer, BufferedRequestHandler
+from .limits import (
     DECODE_COST,
     BodyError,
     ByteBudget,
@@ -60,8 +62,7 @@ from autometrics.collectors.limits import (
     decompress_all,
     unstorable,
 )
-from autometrics.collectors.store import FeedbackRejected, TraceStore, clock_skewed
-from autometrics.errors import UserError
+from .store import FeedbackRejected, TraceStore, clock_skewed
 
 log = logging.getLogger("autometrics.collectors.server")
 
@@ -369,7 +370,7 @@ class CollectorServer:
         self.decode_budget = ByteBudget(lim.memory_budget - lim.memory_budget // 4)
         self.counters = Counters()
         self.errors = RateLimitedLog(log, 30.0)
-        from autometrics.collectors.sinks import StoreSink
+        from .sinks import StoreSink
 
         self.sink = StoreSink(store=self.store)  # checks a SQLite file's identity around every commit, as the SDK does
         self.sink.attach(self.counters, self.errors)
@@ -379,10 +380,10 @@ class CollectorServer:
             self.errors.warning("store-open", "collector: store not opened at start: %s", type(exc).__name__)
         self.writer = GroupCommitWriter(self.store, self.counters, sink=self.sink)
         self.langfuse = None
-        from autometrics.collectors.langfuse_client import langfuse_configured
+        from .langfuse_client import langfuse_configured
 
         if langfuse != "off" and (langfuse == "on" or langfuse_configured()):
-            from autometrics.collectors.langfuse_client import LangfuseForwarder
+            from .langfuse_client import LangfuseForwarder
 
             self.langfuse = LangfuseForwarder(counters=self.counters, errors=self.errors)
         self.httpd = BoundedHTTPServer((host, port), _Handler, lim, ByteBudget(lim.memory_budget // 4), early=self._early,

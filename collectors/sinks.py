@@ -18,7 +18,7 @@ import logging
 import threading
 import urllib.parse
 
-from autometrics.collectors.spool import FileIdentity, SpoolRecord
+from .spool import FileIdentity, SpoolRecord
 
 log = logging.getLogger("autometrics.collectors")
 
@@ -101,7 +101,7 @@ class StoreSink:
     def target(self) -> str:
         """Which spool records are this store's: a hash of its URL (SQLite: of the absolute path)."""
         if self._target is None:
-            from autometrics.collectors.store import default_store_url
+            from .store import default_store_url
 
             url = self.store.url if self.store is not None else (self.url or default_store_url())
             if url.startswith("sqlite:///") and ":memory:" not in url:
@@ -113,7 +113,7 @@ class StoreSink:
 
     def _open(self):
         if self.store is None:
-            from autometrics.collectors.store import TraceStore
+            from .store import TraceStore
 
             self.store = TraceStore(self.url)
         if self._file is None:
@@ -142,7 +142,7 @@ class StoreSink:
              f"; the old file's uncheckpointed write-ahead log was moved to {stale}" if stale else "")
 
     def write(self, spans, feedback):
-        from autometrics.collectors.convert import rows_from_readable_spans
+        from .convert import rows_from_readable_spans
 
         return self.write_rows(rows_from_readable_spans(spans), list(feedback))
 
@@ -185,7 +185,7 @@ class StoreSink:
         return rej[0], rej[1], reason
 
     def encode(self, spans, feedback) -> list[SpoolRecord]:
-        from autometrics.collectors.convert import rows_from_readable_spans
+        from .convert import rows_from_readable_spans
 
         out = []
         if spans:

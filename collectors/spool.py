@@ -32,7 +32,7 @@ import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
-from autometrics.collectors.files import pid_alive
+from .files import pid_alive
 
 __all__ = ["Spool", "SpoolRecord", "FileIdentity"]
 
@@ -152,7 +152,7 @@ class Spool:
         if spool is False:
             return None
         if spool is None or spool is True:
-            from autometrics.collectors.files import data_dir
+            from .files import data_dir
 
             spool = data_dir() / "spool.db"
         return cls(spool, int(max_mb * 2**20))

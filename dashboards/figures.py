@@ -66,7 +66,7 @@ def validity(version: dict) -> dict:
     """The version's validity verdict (``validated``, ``reason``, ...): from its artifact, else
     from its statistics (a version listed without the artifact); an evaluator fitted before
     validity was recorded gets the verdict read from its fit's held-out statistics."""
-    from autometrics.evaluators.validity import artifact_validity, legacy_validity
+    from ..evaluators.validity import artifact_validity, legacy_validity
 
     if version.get("artifact"):
         return artifact_validity(version["artifact"])
@@ -75,7 +75,7 @@ def validity(version: dict) -> dict:
 
 def validity_label(version: dict) -> str:
     """The data the version's validity verdict was computed on, as a figure label."""
-    from autometrics.evaluators.validity import data_label
+    from ..evaluators.validity import data_label
 
     v = validity(version)
     return data_label(v) if v.get("method") == "cross-fit" else fit_test(version)[1]
@@ -175,7 +175,7 @@ def alert_figure(alert: dict, version: dict | None) -> str:
     if isinstance(d, dict) and ("n_current" in d or kind == "score_drift"):
         return f"{SCORES} (n={d.get('n_current', 0)} newest online scores vs {d.get('n_reference', 0)} reference scores)"
     if kind == "unvalidated" and isinstance(d, dict) and d.get("method"):  # details: the version's validity verdict
-        from autometrics.evaluators.validity import data_label
+        from ..evaluators.validity import data_label
 
         return data_label(d)
     if kind in ("low_significance", "small_n"):  # raised by the refit that promoted the version
@@ -231,7 +231,7 @@ def version_lines(x: dict, *, fmt=fmt_stat) -> list[str]:
     """``autometrics versions show N`` as lines: each agreement figure with the data it was
     computed on, each metric's direction read against its card, each warning with its figure.
     ``fmt`` formats one agreement dict (the CLI passes its ``tau ... p=... n=...`` form)."""
-    from autometrics.evaluators.report import metric_direction
+    from ..evaluators.report import metric_direction
 
     st = x["statistics"]
     ho = st.get("holdout") or {}

@@ -41,14 +41,14 @@ import logging
 import math
 import uuid
 
-from autometrics.collectors.langfuse_client import (  # noqa: F401  (re-exported: the one check, rule and name rule)
+from ..collectors.langfuse_client import (  # noqa: F401  (re-exported: the one check, rule and name rule)
     DEFAULT_MAX_ATTEMPTS,
     Delivery,
     LangfuseClient,
     config_name,
     langfuse_configured,
 )
-from autometrics.dashboards import figures as fig
+from . import figures as fig
 
 __all__ = ["LangfusePush", "Delivery", "config_name", "push_pending", "WARNING_CATEGORIES", "langfuse_configured",
            "DEFAULT_MAX_PUSH_ATTEMPTS"]

@@ -25,7 +25,7 @@ class DashboardPublisher:
         self.path = Path(path)
 
     def publish(self, monitor, result: dict) -> None:
-        from autometrics.dashboards.render import write_dashboard
+        from .render import write_dashboard
 
         try:
             write_dashboard(monitor, self.path)
@@ -48,8 +48,8 @@ class LangfusePublisher:
         self._disabled = self.mode == "off"
 
     def _client(self):
-        from autometrics.collectors.langfuse_client import langfuse_configured
-        from autometrics.dashboards.langfuse_push import LangfusePush
+        from ..collectors.langfuse_client import langfuse_configured
+        from .langfuse_push import LangfusePush
 
         if self._disabled:
             return None
@@ -73,7 +73,7 @@ class LangfusePublisher:
         pusher = self._client()
         if pusher is None:
             return
-        from autometrics.dashboards.langfuse_push import push_pending
+        from .langfuse_push import push_pending
 
         # delivered synchronously: a trace's scores are marked pushed only once Langfuse acknowledged them
         result["langfuse"] = push_pending(monitor, pusher, max_attempts=self.max_attempts)
@@ -90,7 +90,7 @@ class EchoPublisher:
         self.key, self.echo = key, echo
 
     def publish(self, monitor, result: dict) -> None:
-        from autometrics.evaluators.continuous.worker import job_line
+        from ..evaluators.continuous.worker import job_line
 
         self.echo(job_line(self.key, result), flush=True) if self.echo is print else self.echo(job_line(self.key, result))
 

@@ -24,10 +24,11 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from autometrics.dashboards import figures as fig
-from autometrics.evaluators.report import fmt_number as _f
-from autometrics.evaluators.report import fmt_p as _p
-from autometrics.evaluators.report import metric_direction
+
+from ..evaluators.report import fmt_number as _f
+from ..evaluators.report import fmt_p as _p
+from ..evaluators.report import metric_direction
+from . import figures as fig
 
 __all__ = ["render_dashboard", "write_dashboard"]
 

@@ -19,7 +19,7 @@ log = logging.getLogger("autometrics.dashboard")
 
 class DashboardServer:
     def __init__(self, monitor, *, host: str = "127.0.0.1", port: int = 8765, title: str | None = None):
-        from autometrics.dashboards.render import render_dashboard
+        from .render import render_dashboard
 
         lock = threading.Lock()
 

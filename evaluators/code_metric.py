@@ -28,8 +28,10 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 from autometrics.errors import UserError
-from autometrics.evaluators.llm.client import LLMClient
-from autometrics.evaluators.sandbox import (
+
+from ..metricbank.base import Metric, MetricUnavailable
+from .llm.client import LLMClient
+from .sandbox import (
     ALLOWED_MODULES,
     FUNCTION_NAME,
     SandboxLimits,
@@ -38,8 +40,7 @@ from autometrics.evaluators.sandbox import (
     run_metric_code,
     sandbox_unavailable,
 )
-from autometrics.evaluators.stats import kendall_tau
-from autometrics.metricbank.base import Metric, MetricUnavailable
+from .stats import kendall_tau
 
 __all__ = ["CodeMetricSpec", "CodeMetric", "CodeMetricFailed", "generate_code_metrics", "code_messages", "extract_code",
            "code_metric_entry", "code_metrics_markdown", "estimate_code_calls", "code_metric_source", "CODE_FACTORY", "STAGE"]
@@ -393,7 +394,7 @@ def code_metric_source(ctx, *, n: int = 2) -> list:
     of kind ``code`` that costs no tokens to score.  A candidate that failed when it was written
     comes with its ``error`` set (screening reports it as failed, with the reason); each carries
     its ``spec`` for the artifact.  The sandbox runs once over every labelled row, on first use."""
-    from autometrics.evaluators.judges.candidates import FunctionCandidate
+    from .judges.candidates import FunctionCandidate
 
     why = sandbox_unavailable()
     if why:
@@ -443,7 +444,7 @@ def code_metric_entry(spec: CodeMetricSpec, *, feature: str | None = None, metri
     """One ``code_metrics`` entry of the evaluator artifact (JSON-safe): the spec with its full
     source, its card, whether it was selected, the last scoring run's row errors and ``stats``
     (e.g. ``tau_train``, ``tau_test``, ``missing`` from the fit's candidate table)."""
-    from autometrics.collectors.files import json_safe
+    from ..collectors.files import json_safe
 
     entry = {"feature": feature or (metric.name if metric else spec.feature_name), "name": spec.name,
              "description": spec.description, "axis": spec.axis, "status": spec.status, "error": spec.error,

@@ -22,9 +22,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
-from autometrics.collectors.feedback import binary_word
 from autometrics.errors import DataError
-from autometrics.evaluators.tables import (
+
+from ..collectors.feedback import binary_word
+from .tables import (
     as_text,
     builtin_dataset_path,
     parse_reference_cell,

@@ -30,17 +30,18 @@ import time
 
 import numpy as np
 import pandas as pd
-from autometrics.collectors.files import json_safe
 from autometrics.errors import DataError, UserError
-from autometrics.evaluators.data import Dataset, check_target, load_dataset, parse_labels
-from autometrics.evaluators.evaluator import SCORE_COLUMN
-from autometrics.evaluators.induce import DEFAULT_REGRESSION, fit_on_features
-from autometrics.evaluators.judges.options import LLMOptions
-from autometrics.evaluators.stats import kendall_tau
-from autometrics.evaluators.validity import CrossFit
 from sklearn.base import BaseEstimator, RegressorMixin
 from sklearn.metrics import make_scorer
 from sklearn.utils.validation import check_is_fitted
+
+from ..collectors.files import json_safe
+from .data import Dataset, check_target, load_dataset, parse_labels
+from .evaluator import SCORE_COLUMN
+from .induce import DEFAULT_REGRESSION, fit_on_features
+from .judges.options import LLMOptions
+from .stats import kendall_tau
+from .validity import CrossFit
 
 __all__ = ["AutoMetricsRegressor", "tau_scorer"]
 
@@ -221,7 +222,7 @@ class AutoMetricsRegressor(RegressorMixin, BaseEstimator):
         opts = self.judge_options()
         echo = self.echo or _noop
         if opts is not None:
-            from autometrics.evaluators.judges.pipeline import fit_with_judges
+            from .judges.pipeline import fit_with_judges
 
             result = fit_with_judges(ds, self.target, opts, progress=self.progress, echo=echo, **self.fit_options())
         else:
@@ -234,9 +235,9 @@ class AutoMetricsRegressor(RegressorMixin, BaseEstimator):
         return self
 
     def _fit_llm_free(self, ds: Dataset, features, started: float):
-        from autometrics.evaluators.evaluator import score_metrics
-        from autometrics.evaluators.retrieval import score_bank
-        from autometrics.metricbank import get_metric
+        from ..metricbank import get_metric
+        from .evaluator import score_metrics
+        from .retrieval import score_bank
 
         lab = ds.labelled(self.target)
         unavailable: dict[str, str] = {}
@@ -282,10 +283,10 @@ class AutoMetricsRegressor(RegressorMixin, BaseEstimator):
         opts = self.judge_options()
         if opts is None:
             return
-        from autometrics.evaluators.judges.metric import LLMJudgeMetric
+        from .judges.metric import LLMJudgeMetric
 
         if self._judge_client is None:
-            from autometrics.evaluators.judges.pipeline import llm_clients
+            from .judges.pipeline import llm_clients
 
             self._judge_client = llm_clients(opts)[1]
         for m in metrics:

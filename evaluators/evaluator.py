@@ -23,11 +23,12 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from autometrics.collectors.files import atomic_write_files, dumps
 from autometrics.errors import DataError, MissingFile, UserError
-from autometrics.evaluators.data import load_dataset, read_table
-from autometrics.evaluators.features import metric_from_artifact_spec, score_metrics
-from autometrics.metricbank import Metric
+
+from ..collectors.files import atomic_write_files, dumps
+from ..metricbank import Metric
+from .data import load_dataset, read_table
+from .features import metric_from_artifact_spec, score_metrics
 
 __all__ = ["Evaluator", "ArtifactError", "check_artifact", "score_metrics", "load_evaluator", "ARTIFACT_FORMAT", "ARTIFACT_VERSION", "SCORE_COLUMN"]
 
@@ -123,7 +124,7 @@ class Evaluator:
             raise ArtifactError(f"{path}: cannot be read as UTF-8 text ({type(exc).__name__}); "
                                 "pass the evaluator.json that `autometrics fit` wrote") from None
         except OSError as exc:
-            from autometrics.collectors.files import os_error_fix
+            from ..collectors.files import os_error_fix
 
             raise ArtifactError(f"{path}: cannot be read ({exc.strerror or type(exc).__name__}); "
                                 + (os_error_fix(exc) or "pass the evaluator.json that `autometrics fit` wrote")) from None
@@ -164,7 +165,7 @@ class Evaluator:
         ``n_groups``, ``method``, ``reason``).  An artifact written before validity was recorded
         gets a verdict read from its held-out statistics (``method`` "holdout (recorded before
         validity)"), validated when that τ was positive with p <= 0.05."""
-        from autometrics.evaluators.validity import artifact_validity
+        from .validity import artifact_validity
 
         return artifact_validity(self.artifact)
 
@@ -278,7 +279,7 @@ class Evaluator:
         rationales (one extra LLM call per judge when ``rationales``) and the ``top_k`` metrics
         that moved the score most.  A prediction without the output field raises
         :class:`~.reward.RewardInputError` naming the field.  See :mod:`.reward`."""
-        from autometrics.evaluators.analysis.reward import EvaluatorReward
+        from .analysis.reward import EvaluatorReward
 
         return EvaluatorReward(self, input_field=input_field, output_field=output_field, reference_field=reference_field,
                                normalize=normalize, top_k=top_k, rationales=rationales)

@@ -51,7 +51,8 @@ from typing import ClassVar
 
 import numpy as np
 from autometrics.errors import UserError
-from autometrics.metricbank import Metric, MetricUnavailable
+
+from ..metricbank import Metric, MetricUnavailable
 
 __all__ = ["MINILM", "FACTORY", "FEATURE", "DEFAULT_K", "MAX_EXEMPLARS", "knn_predict", "exclusion_mask", "represent",
            "pick_exemplars", "pack", "unpack", "input_key", "embed", "ExemplarMetric", "ExemplarFit", "fit_exemplar",
@@ -156,7 +157,7 @@ def input_key(text) -> str:
 # ------------------------------------------------------------------------------- the encoder
 def _encoder(model: str, device: str | None):
     """(tokenizer, model, device, max_length), loaded once per process (MetricBank's cache)."""
-    from autometrics.metricbank._models import (
+    from ..metricbank._models import (
         cached_model,
         load_hf,
         load_tokenizer,
@@ -280,7 +281,7 @@ class ExemplarMetric(Metric):
         ])
 
     def check_available(self) -> None:
-        from autometrics.metricbank._models import locate_model, require_packages
+        from ..metricbank._models import locate_model, require_packages
 
         require_packages(FEATURE, ("torch", "transformers"))
         locate_model(FEATURE, self.params["model"], how=_HOW)
@@ -370,7 +371,7 @@ def exemplar_source(ctx, *, k: int = DEFAULT_K, max_exemplars: int = MAX_EXEMPLA
     :class:`~.candidates.FunctionCandidate` whose values are :func:`fit_exemplar`'s (leave-one-out
     on training rows), so it is screened and selected like any judge.  No candidate (and a
     warning through ``ctx.echo``) when the encoder cannot run here."""
-    from autometrics.evaluators.judges.candidates import FunctionCandidate
+    from .judges.candidates import FunctionCandidate
 
     has_input = any(str(i or "").strip() for i in ctx.inputs)
     try:

@@ -15,7 +15,8 @@ import time
 import numpy as np
 import pandas as pd
 from autometrics.errors import UserError
-from autometrics.metricbank import Metric, MetricUnavailable, metric_from_spec
+
+from ..metricbank import Metric, MetricUnavailable, metric_from_spec
 
 __all__ = ["score_metrics", "metric_from_artifact_spec"]
 
@@ -59,7 +60,7 @@ def _ask_judges_row_major(metrics: list[Metric], outputs, inputs) -> None:
     judges = [m for m in metrics if getattr(m, "generated", False) and hasattr(m, "_prefetched") and hasattr(m, "requests")]
     if len(judges) < 2:
         return
-    from autometrics.evaluators.judges.metric import LLMJudgeMetric, prefetch_row_major
+    from .judges.metric import LLMJudgeMetric, prefetch_row_major
 
     def norm(x):
         return "" if x is None or (isinstance(x, float) and np.isnan(x)) else str(x)

@@ -23,14 +23,15 @@ from __future__ import annotations
 
 import pandas as pd
 from autometrics.errors import DataError, UserError
-from autometrics.evaluators.data import Dataset, load_dataset
-from autometrics.evaluators.estimator import AutoMetricsRegressor
-from autometrics.evaluators.evaluator import SCORE_COLUMN, Evaluator, load_evaluator, score_metrics
-from autometrics.evaluators.induce import DEFAULT_REGRESSION, MIN_LABELS_FOR_CONFIDENCE, FitResult
-from autometrics.evaluators.judges.options import LLMOptions
-from autometrics.evaluators.sampling import sample_rows
-from autometrics.evaluators.validity import CrossFit
-from autometrics.metricbank import Metric
+
+from ..metricbank import Metric
+from .data import Dataset, load_dataset
+from .estimator import AutoMetricsRegressor
+from .evaluator import SCORE_COLUMN, Evaluator, load_evaluator, score_metrics
+from .induce import DEFAULT_REGRESSION, MIN_LABELS_FOR_CONFIDENCE, FitResult
+from .judges.options import LLMOptions
+from .sampling import sample_rows
+from .validity import CrossFit
 
 __all__ = ["fit_evaluator", "AutoMetricsRegressor", "FitResult", "Evaluator", "LLMOptions", "load_evaluator",
            "score_metrics", "SCORE_COLUMN", "MIN_LABELS_FOR_CONFIDENCE", "CrossFit"]
@@ -96,7 +97,7 @@ def fit_evaluator(
 def _dry_run(est: AutoMetricsRegressor, ds: Dataset) -> dict:
     """What fitting ``est`` (the full method) on ``ds`` would cost: LLM calls and tokens, with
     ``llm_options.warmup`` seconds per stage from one measured call; no other call is made."""
-    from autometrics.evaluators.judges.pipeline import fit_with_judges
+    from .judges.pipeline import fit_with_judges
 
     opts = est.judge_options()
     if opts is None:

@@ -21,20 +21,21 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from autometrics.collectors.files import json_safe, package_version
 from autometrics.errors import DataError, UserError
-from autometrics.evaluators.blackbox import blackbox_reference
-from autometrics.evaluators.data import Dataset
-from autometrics.evaluators.evaluator import ARTIFACT_FORMAT, ARTIFACT_VERSION, Evaluator
-from autometrics.evaluators.selection import (
+
+from ..collectors.files import json_safe, package_version
+from .blackbox import blackbox_reference
+from .data import Dataset
+from .evaluator import ARTIFACT_FORMAT, ARTIFACT_VERSION, Evaluator
+from .selection import (
     SELECTORS,
     NNLSMetricSelector,
     PreparedMetrics,
     choose_regression,
     make_selector,
 )
-from autometrics.evaluators.stats import agreement, kendall_tau, kendall_taus
-from autometrics.evaluators.validity import (
+from .stats import agreement, kendall_tau, kendall_taus
+from .validity import (
     CrossFit,
     Validity,
     crossfit,

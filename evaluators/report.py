@@ -8,12 +8,12 @@ import math
 import re
 from pathlib import Path
 
-from autometrics.evaluators.code_metric import code_metrics_markdown
-from autometrics.evaluators.fit import FitResult
-from autometrics.evaluators.report_candidates import candidates_markdown
-from autometrics.evaluators.report_svg import svg_scatter
-from autometrics.evaluators.validity import artifact_validity, split_line
-from autometrics.metricbank import load_card
+from ..metricbank import load_card
+from .code_metric import code_metrics_markdown
+from .fit import FitResult
+from .report_candidates import candidates_markdown
+from .report_svg import svg_scatter
+from .validity import artifact_validity, split_line
 
 __all__ = ["render_markdown", "render_html", "write_reports", "attach_analyses", "metric_direction"]
 
@@ -430,14 +430,14 @@ def analysis_markdown(a: dict, level: int = 2) -> list[str]:
     """The optional Data scaling and Robustness sections (``autometrics fit --scaling /
     --robustness``), read from the artifact's ``scaling`` and ``robustness`` entries (see
     :func:`attach_analyses`).  Empty when neither is present."""
-    from autometrics.evaluators.analysis import robustness, scaling
+    from .analysis import robustness, scaling
 
     return scaling.markdown_section(a.get("scaling"), level) + robustness.markdown_section(a.get("robustness"), level)
 
 
 def analysis_html(a: dict) -> list[str]:
     """HTML of the same sections; the scaling curve is an inline SVG (no script, no external file)."""
-    from autometrics.evaluators.analysis import robustness, scaling
+    from .analysis import robustness, scaling
 
     out = []
     if a.get("scaling"):

@@ -64,14 +64,14 @@ class Retrieval:
 
 
 def bank_documents(names: list[str] | None = None) -> list[Document]:
-    from autometrics.metricbank import list_metrics, load_card
+    from ..metricbank import list_metrics, load_card
 
     docs = []
     for name in names or list_metrics():
         try:
             text = load_card(name)
         except Exception:
-            from autometrics.metricbank import metric_class
+            from ..metricbank import metric_class
 
             text = f"# {name}\n{metric_class(name).description}"
         docs.append(Document(name=name, text=text))
@@ -108,8 +108,8 @@ def _dense_rank(query: str, docs: list[Document]) -> list[int]:
 
 
 def _rerank(query: str, docs: list[Document], order: list[int], client, depth: int) -> dict[int, float]:
-    from autometrics.evaluators.judges.metric import read_score
-    from autometrics.evaluators.llm.client import LLMResponse  # noqa: F401  (type only)
+    from .judges.metric import read_score
+    from .llm.client import LLMResponse  # noqa: F401  (type only)
 
     head = order[:depth]
     reqs = []
@@ -227,7 +227,7 @@ def cost_class(metric) -> str:
         return declared
     if getattr(metric, "generated", False):
         return LLM
-    from autometrics.metricbank._models import ModelMetric
+    from ..metricbank._models import ModelMetric
 
     return MODEL if isinstance(metric, ModelMetric) else CHEAP
 
@@ -264,7 +264,7 @@ def screen_signal(X, meta: dict, y, metric_of=None) -> dict[str, dict]:
     """Per metric: its feature with the largest |Kendall tau-b| with ``y`` over the rows of ``X``
     and that tau (None when undefined: constant or missing on these rows).  ``meta`` as
     ``score_metrics`` returns it (a metric with several features keeps or drops them together)."""
-    from autometrics.evaluators.stats import kendall_tau
+    from .stats import kendall_tau
 
     y = np.asarray(y, dtype=float)
     best: dict[str, dict] = {}
@@ -344,7 +344,7 @@ def plan_retrieval(task: str | None, target: str, metrics: list, outputs, inputs
     floor): their screening figure is read from it instead of scoring again.  ``max_screened``
     bounds how many expensive candidates are screened (the best by card; the rest are
     reported as not screened)."""
-    from autometrics.evaluators.features import score_metrics
+    from .features import score_metrics
 
     always = [m.name for m in metrics if cost_class(m) == CHEAP]
     fates = [CandidateFate(name, CHEAP, "always") for name in always]
@@ -352,7 +352,7 @@ def plan_retrieval(task: str | None, target: str, metrics: list, outputs, inputs
     notes: list[str] = []
     if not expensive:
         return RetrievalPlan(always, always, [], fates, [], k, notes)
-    from autometrics.metricbank import list_metrics
+    from ..metricbank import list_metrics
 
     in_bank = set(list_metrics())
     docs = []
@@ -418,8 +418,8 @@ def score_bank(lab, target: str, task: str | None = None, *, test_size: float | 
     :func:`plan_retrieval` picks ``k`` by their signal on the training rows of the fit's split
     (``test_size``, ``seed``), and only those are scored on every row.  ``plan`` (a
     :class:`RetrievalPlan`) says what happened to each; it goes into the artifact's ``retrieval``."""
-    from autometrics.evaluators.features import score_metrics
-    from autometrics.metricbank import default_metrics
+    from ..metricbank import default_metrics
+    from .features import score_metrics
 
     unavailable: dict[str, str] = {}
     bank = default_metrics(with_reference=lab.has_references, with_input=lab.has_input, unavailable=unavailable)

@@ -42,8 +42,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 from autometrics.errors import UserError
-from autometrics.evaluators.regression import LinearSelector, prepare
-from autometrics.evaluators.stats import kendall_tau, kendall_taus
+
+from .regression import LinearSelector, prepare
+from .stats import kendall_tau, kendall_taus
 
 __all__ = [
     "NNLSMetricSelector",
@@ -370,7 +371,7 @@ def make_selector(name: str, *, top_n: int = 5, drop_negative_generated: bool = 
     if name == "nnls_nodedup":
         return NNLSMetricSelector(top_n=top_n, drop_negative_generated=drop_negative_generated, dedup_threshold=None)
     if name == "pls":
-        from autometrics.evaluators.regression import PLSMetricSelector
+        from .regression import PLSMetricSelector
 
         return PLSMetricSelector(top_n=top_n, drop_negative_generated=drop_negative_generated)
     if name == "enet":

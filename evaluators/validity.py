@@ -42,7 +42,8 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 from autometrics.errors import UserError
-from autometrics.evaluators.stats import bootstrap_taus, kendall_tau
+
+from .stats import bootstrap_taus, kendall_tau
 
 __all__ = ["CrossFit", "Validity", "fold_plan", "crossfit", "crossfit_validity", "holdout_validity",
            "group_permutation", "movable_groups", "choice_adjusted", "crossfit_agreement", "data_label", "artifact_validity", "legacy_validity", "split_line", "ALPHA", "MIN_GROUPS", "unvalidated_hint"]

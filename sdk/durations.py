@@ -15,7 +15,7 @@ import datetime as dt
 import math
 import re
 
-from autometrics.errors import UserError
+from .errors import UserError
 
 __all__ = ["parse_duration", "DURATION_HELP"]
 

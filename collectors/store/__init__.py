@@ -36,8 +36,8 @@ log = logging.getLogger("autometrics.collectors.store")
 __all__ = ["TraceStore", "default_store_url", "SCHEMA_VERSION", "MIGRATIONS", "StoreError", "FEEDBACK_KINDS", "FeedbackInvalid",
            "FeedbackConflict", "FeedbackRejected"]
 
-from autometrics.collectors.feedback import FEEDBACK_KINDS  # noqa: E402  (re-export)
-from autometrics.collectors.files import data_dir  # noqa: E402
+from ..feedback import FEEDBACK_KINDS  # noqa: E402  (re-export)
+from ..files import data_dir  # noqa: E402
 
 
 class StoreError(Unavailable):
@@ -52,15 +52,15 @@ def default_store_url() -> str:
     return f"sqlite:///{data_dir() / 'traces.db'}"
 
 
-from autometrics.collectors.store.deliveries import DeliveryTables  # noqa: E402
-from autometrics.collectors.store.feedback_log import FeedbackTables  # noqa: E402
-from autometrics.collectors.store.feedback_rules import (  # noqa: E402
+from .deliveries import DeliveryTables  # noqa: E402
+from .feedback_log import FeedbackTables  # noqa: E402
+from .feedback_rules import (  # noqa: E402
     FeedbackConflict,
     FeedbackInvalid,
     FeedbackRejected,
 )
-from autometrics.collectors.store.online_scores import OnlineScoreTables  # noqa: E402
-from autometrics.collectors.store.schema import (  # noqa: E402
+from .online_scores import OnlineScoreTables  # noqa: E402
+from .schema import (  # noqa: E402
     MIGRATIONS,
     SCHEMA_VERSION,
     feedback,
@@ -68,8 +68,8 @@ from autometrics.collectors.store.schema import (  # noqa: E402
     spans,
     traces,
 )
-from autometrics.collectors.store.trace_tables import TraceTables, clock_skewed, first_seen_ns  # noqa: E402,F401  (re-exported)
-from autometrics.collectors.store.versions import VERSION_STATUSES, VersionTables  # noqa: E402,F401  (re-exported)
+from .trace_tables import TraceTables, clock_skewed, first_seen_ns  # noqa: E402,F401  (re-exported)
+from .versions import VERSION_STATUSES, VersionTables  # noqa: E402,F401  (re-exported)
 
 # --------------------------------------------------------------------------- store
 
@@ -184,7 +184,7 @@ class TraceStore(TraceTables, FeedbackTables, VersionTables, OnlineScoreTables, 
         """Delete traces older than ``older_than`` (``"30d"``, ``"12h"``, ``"90m"``) that have no
         feedback, with their spans and online scores, in batches; labelled traces, feedback and
         evaluator versions are kept.  See :func:`autometrics.collectors.store.retention.prune`."""
-        from autometrics.collectors.store import retention
+        from . import retention
 
         return retention.prune(self, older_than, project=project, dry_run=dry_run,
                                batch_size=retention.DEFAULT_BATCH if batch_size is None else batch_size)

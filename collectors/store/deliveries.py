@@ -9,7 +9,8 @@ import time
 from collections.abc import Sequence
 
 import sqlalchemy as sa
-from autometrics.collectors.store.schema import (
+
+from .schema import (
     monitor_alerts,
     trace_scores,
 )

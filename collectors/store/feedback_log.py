@@ -9,11 +9,12 @@ import logging
 from collections.abc import Iterable, Sequence
 
 import sqlalchemy as sa
-from autometrics.collectors.store.schema import (
+from autometrics.errors import UserError
+
+from .schema import (
     feedback,
     traces,
 )
-from autometrics.errors import UserError
 
 log = logging.getLogger("autometrics.collectors.store")
 
@@ -33,8 +34,8 @@ class FeedbackTables:
         """Declare the kind and scale of feedback ``name`` in ``project`` for every writer of this
         store (SDKs in any process, collectors).  Raises ``ValueError`` when the name already has
         another kind or declared scale, unless ``replace`` (stored rows are not changed)."""
-        from autometrics.collectors.feedback import make_schema
-        from autometrics.collectors.store import feedback_rules
+        from ..feedback import make_schema
+        from . import feedback_rules
 
         if not isinstance(name, str) or not name.strip() or len(name) > 200:
             raise UserError(f"feedback name must be a non-empty string of at most 200 characters, not {name!r}")
@@ -44,7 +45,7 @@ class FeedbackTables:
 
     def feedback_schemas(self, project: str = "default") -> dict:
         """{name: FeedbackSchema} of ``project`` (declared, or fixed by the first stored item)."""
-        from autometrics.collectors.store import feedback_rules
+        from . import feedback_rules
 
         with self.engine.connect() as conn:
             return {n: s for (_p, n), s in feedback_rules.load_schemas(conn, project=project).items()}

@@ -32,7 +32,8 @@ import time
 from collections.abc import Callable
 
 import sqlalchemy as sa
-from autometrics.collectors.feedback import (
+
+from ..feedback import (
     FeedbackSchema,
     FeedbackValueError,
     coerce_value,
@@ -41,7 +42,7 @@ from autometrics.collectors.feedback import (
     normalise_kind,
     row_fingerprint,
 )
-from autometrics.collectors.store.schema import feedback, feedback_schemas
+from .schema import feedback, feedback_schemas
 
 __all__ = ["FeedbackRejected", "FeedbackInvalid", "FeedbackConflict", "write_feedback", "declare", "load_schemas"]
 

@@ -9,8 +9,9 @@ import time
 from collections.abc import Sequence
 
 import sqlalchemy as sa
-from autometrics.collectors.files import dumps
-from autometrics.collectors.store.schema import (
+
+from ..files import dumps
+from .schema import (
     judge_usage,
     score_claims,
     spans,

@@ -13,13 +13,14 @@ import time
 from collections.abc import Iterable, Sequence
 
 import sqlalchemy as sa
-from autometrics.collectors.store.feedback_log import aggregate_feedback, frame_of
-from autometrics.collectors.store.schema import (
+from autometrics.errors import UserError
+
+from .feedback_log import aggregate_feedback, frame_of
+from .schema import (
     feedback,
     spans,
     traces,
 )
-from autometrics.errors import UserError
 
 log = logging.getLogger("autometrics.collectors.store")
 
@@ -78,7 +79,7 @@ class TraceTables:
                 if conflicts is not None and (res.rowcount is None or res.rowcount < len(values)):  # -1: unknown
                     conflicts.extend(self._span_conflicts(conn, span_rows, values))
             if feedback_rows:  # checked against each name's kind/scale and earlier ids (feedback_rules)
-                from autometrics.collectors.store import feedback_rules
+                from . import feedback_rules
 
                 feedback_rules.write_feedback(conn, self.dialect, self._insert, feedback_rows)
 

@@ -11,13 +11,14 @@ import logging
 import time
 
 import sqlalchemy as sa
-from autometrics.collectors.files import dumps
-from autometrics.collectors.store.schema import (
+from autometrics.errors import NotFound
+
+from ..files import dumps
+from .schema import (
     evaluator_versions,
     monitor_alerts,
     refit_runs,
 )
-from autometrics.errors import NotFound
 
 log = logging.getLogger("autometrics.collectors.store")
 

@@ -23,9 +23,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from autometrics.collectors.files import data_path
 from autometrics.errors import UserError
-from autometrics.evaluators.llm.cache import KeyValueCache, digest
+
+from ...collectors.files import data_path
+from ..llm.cache import KeyValueCache, digest
 
 __all__ = ["PERTURBATIONS", "Perturbation", "PerturbationCache", "Perturber", "Perturbed", "default_cache_path", "perturbation_sentences"]
 
@@ -267,7 +268,7 @@ class Perturber:
     or None for the default)."""
 
     def __init__(self, llm=None, *, cache=None, seed: int = 0, llm_cache=None):
-        from autometrics.evaluators.llm.client import LLMCache, LLMClient, LLMConfig
+        from ..llm.client import LLMCache, LLMClient, LLMConfig
 
         if isinstance(llm, str):
             llm = LLMConfig.parse(llm)
@@ -291,7 +292,7 @@ class Perturber:
     def wordnet(self):
         if not self._wordnet_checked:
             self._wordnet_checked = True
-            from autometrics.metricbank.meteor import find_wordnet_dir, load_wordnet
+            from ...metricbank.meteor import find_wordnet_dir, load_wordnet
 
             d = find_wordnet_dir()
             self._wordnet = load_wordnet(str(d)) if d else None
@@ -304,7 +305,7 @@ class Perturber:
         if PERTURBATIONS[kind].method == "llm" and self.client is None:
             return "needs an LLM (pass llm=... / --llm)"
         if kind == "synonyms" and self.wordnet() is None:
-            from autometrics.metricbank.meteor import _INSTALL_HINT
+            from ...metricbank.meteor import _INSTALL_HINT
 
             return f"no WordNet found: {_INSTALL_HINT}"
         return None
@@ -351,7 +352,7 @@ class Perturber:
         return out
 
     def _llm(self, texts: list[str], kind: str) -> list[Perturbed]:
-        from autometrics.evaluators.llm.client import estimate_tokens
+        from ..llm.client import estimate_tokens
 
         out: list[Perturbed | None] = [None] * len(texts)
         reqs, where = [], []

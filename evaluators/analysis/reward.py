@@ -157,7 +157,7 @@ class EvaluatorReward:
     # ------------------------------------------------------------------------ scoring
     def score_one(self, output: str, input_text: str | None = None, references: list[str] | None = None) -> dict:
         """``{"score", "reward", "contributions": [{feature, value, contribution, weight}]}``."""
-        from autometrics.evaluators.features import score_metrics
+        from ..features import score_metrics
 
         feats, _, notes = score_metrics(self.metrics, [output], None if input_text is None else [input_text],
                                         None if references is None else [references])
@@ -266,7 +266,7 @@ class RewardWatch:
         return out
 
     def report(self) -> dict:
-        from autometrics.evaluators.continuous.drift import score_drift
+        from ..continuous.drift import score_drift
 
         h = self.history
         windows = []

@@ -52,9 +52,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
-from autometrics.collectors.files import json_safe
 from autometrics.errors import UserError
-from autometrics.evaluators.analysis.perturb import (  # noqa: F401  (re-exported)
+
+from ...collectors.files import json_safe
+from .perturb import (  # noqa: F401  (re-exported)
     PERTURBATIONS,
     Perturbation,
     PerturbationCache,
@@ -158,7 +159,7 @@ Scorer = Callable[[list[str], "list[str] | None", "list[list[str]] | None"], Seq
 def _rows(outputs, inputs, references):
     """A Dataset of unlabelled rows with fresh ids (baselines look rows up by id: a perturbed
     output must never be mistaken for a row they were fitted on)."""
-    from autometrics.evaluators.data import Dataset
+    from ..data import Dataset
 
     n = len(outputs)
     tag = hashlib.sha256(json.dumps([outputs, inputs, references], ensure_ascii=False).encode()).hexdigest()[:10]
@@ -182,8 +183,8 @@ def as_scorer(obj, *, feature: str | None = None, sign: float | None = None) -> 
     given, e.g. the sign a fit chose from the data); a baseline from
     :mod:`.baselines` (anything with ``fit`` and ``predict(rows)``); or a plain callable.
     Returns (scorer, info) where info says what it needs."""
-    from autometrics.evaluators.fit import SCORE_COLUMN, Evaluator, FitResult
-    from autometrics.metricbank import Metric
+    from ...metricbank import Metric
+    from ..fit import SCORE_COLUMN, Evaluator, FitResult
 
     if isinstance(obj, FitResult):
         obj = obj.evaluator
@@ -225,7 +226,7 @@ def best_metric_scorer(evaluator) -> tuple[str, Scorer] | None:
     """The fit's best single existing metric (chosen on train, with the sign the fit gave it) as
     a scorer, to compare the evaluator's robustness with; None when the fit has none or it
     cannot be built here."""
-    from autometrics.metricbank import get_metric
+    from ...metricbank import get_metric
 
     best = (evaluator.statistics or {}).get("best_single_metric")
     if not best:
@@ -266,7 +267,7 @@ class RobustnessResult:
 
 
 def _load_rows(data, *, input_col="input", output_col="output", reference_cols=None, id_col="id"):
-    from autometrics.evaluators.data import Dataset, load_dataset
+    from ..data import Dataset, load_dataset
 
     if isinstance(data, Dataset):
         return data

@@ -37,12 +37,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
-from autometrics.collectors.files import json_safe
 from autometrics.errors import UserError
-from autometrics.evaluators.data import Dataset, load_dataset
-from autometrics.evaluators.fit import fit_evaluator
-from autometrics.evaluators.stats import bootstrap_taus as _bootstrap
-from autometrics.evaluators.stats import kendall_tau
+
+from ...collectors.files import json_safe
+from ..data import Dataset, load_dataset
+from ..fit import fit_evaluator
+from ..stats import bootstrap_taus as _bootstrap
+from ..stats import kendall_tau
 
 __all__ = ["DEFAULT_SIZES", "ScalingResult", "run_scaling", "scaling_sizes", "taus_with_bootstrap", "markdown_section",
            "svg_plot"]
@@ -119,8 +120,8 @@ class ScalingResult:
 
 
 def _bank_features(lab: Dataset, metrics, progress: bool):
-    from autometrics.evaluators.fit import score_metrics
-    from autometrics.metricbank import default_metrics, get_metric
+    from ...metricbank import default_metrics, get_metric
+    from ..fit import score_metrics
 
     if metrics is None:
         bank = default_metrics(with_reference=lab.has_references, with_input=lab.has_input)

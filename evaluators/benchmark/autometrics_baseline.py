@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import logging
 
-from autometrics.evaluators.benchmark.base import USAGE_KEYS, Baseline, MetricFeatures
-from autometrics.evaluators.estimator import AutoMetricsRegressor
-from autometrics.evaluators.validity import CrossFit
+from ..estimator import AutoMetricsRegressor
+from ..validity import CrossFit
+from .base import USAGE_KEYS, Baseline, MetricFeatures
 
 log = logging.getLogger("autometrics")
 
@@ -60,7 +60,7 @@ class AutoMetricsBaseline(Baseline):
         common = {"task": task, "top_n": self.top_n, "n_boot": 0, "crossfit": BENCHMARK_CROSSFIT,
                   "seed": self.seed if seed is None else seed}
         if self.llm:
-            from autometrics.evaluators.judges.options import PAPER_COUNTS, LLMOptions
+            from ..judges.options import PAPER_COUNTS, LLMOptions
 
             cache = self.cache if isinstance(self.cache, str) or self.cache is None else None
             opts = LLMOptions(llm=self.llm, judge_llm=self.judge_llm, counts=self.counts or PAPER_COUNTS,

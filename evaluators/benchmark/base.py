@@ -11,7 +11,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 from autometrics.errors import UserError
-from autometrics.evaluators.data import Dataset
+
+from ..data import Dataset
 
 log = logging.getLogger("autometrics")
 
@@ -94,8 +95,8 @@ def bank_metrics(bank: str = "cpu", *, with_reference: bool = True, with_input: 
                  unavailable: dict | None = None) -> list:
     """MetricBank metrics that run here.  ``bank="cpu"``: only metrics that need no model
     weights (fast on CPU); ``"all"``: every metric that can run here, model-based ones too."""
-    from autometrics.metricbank import default_metrics
-    from autometrics.metricbank._models import ModelMetric
+    from ...metricbank import default_metrics
+    from ...metricbank._models import ModelMetric
 
     if bank not in ("cpu", "all"):
         raise UserError(f"bank must be 'cpu' or 'all', got {bank!r}")
@@ -133,7 +134,7 @@ class MetricFeatures:
         return [(str(i), a, b, tuple(r)) for i, a, b, r in zip(f["id"], f["input"], f["output"], f["references"], strict=True)]
 
     def _metric_list(self, rows: Dataset) -> list:
-        from autometrics.metricbank import get_metric
+        from ...metricbank import get_metric
 
         if self._metrics is not None:
             return [get_metric(m) if isinstance(m, str) else m for m in self._metrics]
@@ -144,7 +145,7 @@ class MetricFeatures:
         """Score the rows not seen yet (one batch)."""
         import time
 
-        from autometrics.evaluators.fit import score_metrics
+        from ..fit import score_metrics
 
         keys = self._keys(rows)
         todo_pos, seen = [], set()

@@ -48,7 +48,10 @@ from collections import Counter
 
 import numpy as np
 from autometrics.errors import UserError
-from autometrics.evaluators.benchmark.base import (  # noqa: F401  (re-exported)
+
+from ..blackbox import gbm_model, single_threaded, xgboost_version  # noqa: F401
+from ..stats import kendall_tau
+from .base import (  # noqa: F401  (re-exported)
     GENERIC_RUBRIC,
     USAGE_KEYS,
     Baseline,
@@ -58,8 +61,6 @@ from autometrics.evaluators.benchmark.base import (  # noqa: F401  (re-exported)
     _inputs,
     bank_metrics,
 )
-from autometrics.evaluators.blackbox import gbm_model, single_threaded, xgboost_version  # noqa: F401
-from autometrics.evaluators.stats import kendall_tau
 
 __all__ = [
     "Baseline",
@@ -186,8 +187,8 @@ def most_common(values, k: int = 3) -> str:
 
 
 # the other families live in their own modules; re-exported so every baseline imports from here
-from autometrics.evaluators.benchmark.autometrics_baseline import AutoMetricsBaseline  # noqa: E402
-from autometrics.evaluators.benchmark.encoder import MINILM, FinetunedBaseline  # noqa: E402
-from autometrics.evaluators.benchmark.llm_baselines import DnAEvalBaseline, LLMJudgeBaseline, parse_aspects  # noqa: E402
+from .autometrics_baseline import AutoMetricsBaseline  # noqa: E402
+from .encoder import MINILM, FinetunedBaseline  # noqa: E402
+from .llm_baselines import DnAEvalBaseline, LLMJudgeBaseline, parse_aspects  # noqa: E402
 
 __all__ += ["parse_aspects", "most_common", "USAGE_KEYS", "MINILM"]

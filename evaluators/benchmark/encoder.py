@@ -10,9 +10,10 @@ import logging
 
 import numpy as np
 from autometrics.errors import UserError
-from autometrics.evaluators.benchmark.base import Baseline
-from autometrics.evaluators.blackbox import single_threaded
-from autometrics.evaluators.data import Dataset
+
+from ..blackbox import single_threaded
+from ..data import Dataset
+from .base import Baseline
 
 log = logging.getLogger("autometrics")
 
@@ -55,7 +56,7 @@ class FinetunedBaseline(Baseline):
         return f"Frozen {short} + {self.head} head"
 
     def _path(self):
-        from autometrics.metricbank._models import locate_model, require_packages
+        from ...metricbank._models import locate_model, require_packages
 
         require_packages("finetuned baseline", ("torch", "transformers"))
         return locate_model("finetuned baseline", self.model_name)
@@ -65,7 +66,7 @@ class FinetunedBaseline(Baseline):
 
     def _encoder(self):
         """(tokenizer, model, device, max_length, pooling), loaded once per process."""
-        from autometrics.metricbank._models import cached_model, load_hf, load_tokenizer, pick_device
+        from ...metricbank._models import cached_model, load_hf, load_tokenizer, pick_device
 
         path = self._path()
         device = pick_device(self.device)

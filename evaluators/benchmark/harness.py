@@ -27,9 +27,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-from autometrics.collectors.files import json_safe, package_version
 from autometrics.errors import DataError, NotFound, UserError
-from autometrics.evaluators.benchmark.baselines import (
+
+from ...collectors.files import json_safe, package_version
+from ...metricbank import MetricUnavailable
+from ..data import load_dataset
+from ..sampling import sample_rows
+from ..stats import kendall_tau
+from .baselines import (
     USAGE_KEYS,
     AutoMetricsBaseline,
     BestMetricBaseline,
@@ -41,10 +46,6 @@ from autometrics.evaluators.benchmark.baselines import (
     SplitContext,
     most_common,
 )
-from autometrics.evaluators.data import load_dataset
-from autometrics.evaluators.sampling import sample_rows
-from autometrics.evaluators.stats import kendall_tau
-from autometrics.metricbank import MetricUnavailable
 
 __all__ = ["METHODS", "LLM_METHODS", "run_benchmark", "BenchmarkResult", "dataset_card", "t_interval", "comparison_markdown"]
 

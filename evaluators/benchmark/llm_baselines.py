@@ -9,8 +9,9 @@ import math
 import re
 
 import numpy as np
-from autometrics.evaluators.benchmark.base import GENERIC_RUBRIC, USAGE_KEYS, Baseline, _inputs
-from autometrics.evaluators.data import Dataset
+
+from ..data import Dataset
+from .base import GENERIC_RUBRIC, USAGE_KEYS, Baseline, _inputs
 
 log = logging.getLogger("autometrics")
 
@@ -21,7 +22,7 @@ log = logging.getLogger("autometrics")
 def _llm_client(llm, *, cache=None, concurrency=None, timeout=None, max_retries=None):
     """An :class:`.llm.LLMClient` with its own Usage (per-method accounting).  ``cache``: a path,
     an LLMCache, ``"off"``/False, or None for the default cache."""
-    from autometrics.evaluators.llm.client import LLMCache, LLMClient, LLMConfig, Usage
+    from ..llm.client import LLMCache, LLMClient, LLMConfig, Usage
 
     cfg = llm if isinstance(llm, LLMConfig) else LLMConfig.parse(
         llm, concurrency=concurrency, timeout=timeout, max_retries=max_retries)
@@ -50,7 +51,7 @@ class _LLMBaseline(Baseline):
         return _usage_total(self.client.usage)
 
     def _judge(self, spec, feature: str | None = None):
-        from autometrics.evaluators.judges.metric import LLMJudgeMetric
+        from ..judges.metric import LLMJudgeMetric
 
         j = LLMJudgeMetric.from_spec(spec, self.client.config, feature=feature, mode=self.judge_mode)
         j.client = self.client  # our cache and accounting, never a globally bound client
@@ -76,7 +77,7 @@ class LLMJudgeBaseline(_LLMBaseline):
         return f"LLM-as-a-judge ({self.client.config.model})"
 
     def fit(self, train, y, *, context=None):
-        from autometrics.evaluators.judges.metric import JudgeSpec
+        from ..judges.metric import JudgeSpec
 
         self._check_fit_args(train, y)
         task = self.task or (context.task if context else None)
@@ -199,7 +200,7 @@ class DnAEvalBaseline(_LLMBaseline):
                 {"role": "user", "content": user}]
 
     def fit(self, train, y, *, context=None):
-        from autometrics.evaluators.judges.metric import JudgeSpec
+        from ..judges.metric import JudgeSpec
 
         self._check_fit_args(train, y)
         task = self.task or (context.task if context else None)

@@ -343,8 +343,9 @@ def validity_decay(pred, human, fit_tau: float | None, *, n_boot: int = 500, see
     ``validity_p``) or ``ok``; ``None`` below ``validity_min_n`` points (``min_n`` overrides it).
     """
     import numpy as np
-    from autometrics.evaluators.stats import agreement_from_boot, bootstrap_taus
     from scipy.stats import norm
+
+    from ..stats import agreement_from_boot, bootstrap_taus
 
     th = thresholds or DriftThresholds()
     min_n = th.validity_min_n if min_n is None else min_n

@@ -37,9 +37,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
-from autometrics.collectors.store import TraceStore
-from autometrics.collectors.store.locks import RefitLock
-from autometrics.evaluators.continuous.drift import (
+
+from ...collectors.store import TraceStore
+from ...collectors.store.locks import RefitLock
+from ..validity import data_label
+from .drift import (
     DriftThresholds,
     drift_windows,
     fit_agreement,
@@ -47,7 +49,6 @@ from autometrics.evaluators.continuous.drift import (
     validity_decay,
     validity_message,
 )
-from autometrics.evaluators.validity import data_label
 
 __all__ = ["MonitorConfig", "Monitor", "RefitOutcome"]
 
@@ -134,7 +135,7 @@ class Monitor:
         return self.store.champion(self.cfg.project, self.cfg.target)
 
     def champion_evaluator(self):
-        from autometrics.evaluators.evaluator import Evaluator
+        from ..evaluator import Evaluator
 
         ch = self.champion()
         return (ch, Evaluator(ch["artifact"])) if ch else (None, None)
@@ -149,8 +150,8 @@ class Monitor:
     def compare_versions(self, a: int, b: int, *, holdout: float = 0.3, n_boot: int = 1000):
         """Versions ``a`` (as champion) and ``b`` (as challenger) on the newest held-out feedback
         now in the store: a :class:`~autometrics.evaluators.continuous.refit.Comparison`."""
-        from autometrics.evaluators.continuous.refit import compare, holdout_predictions, newest_holdout
-        from autometrics.evaluators.evaluator import Evaluator
+        from ..evaluator import Evaluator
+        from .refit import compare, holdout_predictions, newest_holdout
 
         va, vb = self.version(a), self.version(b)
         frame = self.labelled_frame()
@@ -235,14 +236,14 @@ class Monitor:
             lock.release()
 
     def _refit_locked(self, force: bool, min_new: int) -> RefitOutcome:
-        from autometrics.evaluators.continuous.refit import (
+        from ..report import render_markdown
+        from .refit import (
             compare,
             decide,
             fit_for_refit,
             holdout_predictions,
             newest_holdout,
         )
-        from autometrics.evaluators.report import render_markdown
 
         cfg = self.cfg
         new = self.new_feedback_count()
@@ -361,7 +362,7 @@ class Monitor:
         (:mod:`~autometrics.evaluators.continuous.online`, which also applies ``options``, a
         :class:`~autometrics.evaluators.continuous.online.ScoringOptions`: lease, judge sampling,
         budget, endpoint).  Returns its :class:`~autometrics.evaluators.continuous.online.ScoringResult`."""
-        from autometrics.evaluators.continuous import online
+        from . import online
 
         champ = self.champion()
         if champ is None:

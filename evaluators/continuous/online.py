@@ -136,7 +136,7 @@ _PREPARED_LOCK = threading.Lock()
 def _prepare(champion: dict, opts: ScoringOptions):
     """The champion's :class:`Evaluator` with its metrics built and every judge bound to a client
     for the configured endpoint; kept for the next batches (model-based metrics load once)."""
-    from autometrics.evaluators.evaluator import Evaluator
+    from ..evaluator import Evaluator
 
     key = (champion["id"], opts.judge_url, opts.judge_concurrency)
     with _PREPARED_LOCK:
@@ -147,7 +147,7 @@ def _prepare(champion: dict, opts: ScoringOptions):
     metrics = ev.metrics()
     judges = [m for m in metrics if hasattr(m, "spec") and hasattr(m, "llm_config")]
     if judges:
-        from autometrics.evaluators.llm.client import LLMClient
+        from ..llm.client import LLMClient
 
         clients: dict = {}
         for j in judges:
@@ -251,8 +251,8 @@ def _record(tid: str, start, error: str) -> dict:
 
 def _score_batch(store, champ, ev, judges, todo, opts: ScoringOptions, res: ScoringResult):
     """Score one claimed batch: (rows to store, trace ids to keep claimed, stop the run?)."""
-    from autometrics.evaluators.continuous.refit import explain_scores
-    from autometrics.evaluators.fit import SCORE_COLUMN
+    from ..fit import SCORE_COLUMN
+    from .refit import explain_scores
 
     rows: list[dict] = []
     first_seen = {t: seen for t, seen, _ in todo}
@@ -296,7 +296,7 @@ def _run_judges(store, champ, judges, texts, ok_ids, start, opts: ScoringOptions
     Returns (trace ids judged, trace ids to keep claimed, stop the run?)."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from autometrics.evaluators.llm.config import estimate_tokens
+    from ..llm.config import estimate_tokens
 
     rate = opts.judge_sample_rate
     picked = []

@@ -26,8 +26,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
-from autometrics.evaluators.fit import SCORE_COLUMN, Evaluator, FitResult, fit_evaluator
-from autometrics.evaluators.stats import agreement_from_boot, bootstrap_taus, paired_interval
+
+from ..fit import SCORE_COLUMN, Evaluator, FitResult, fit_evaluator
+from ..stats import agreement_from_boot, bootstrap_taus, paired_interval
 
 __all__ = [
     "RefitFit",
@@ -87,7 +88,7 @@ def llm_pipeline_status(llm_config=None) -> tuple[bool, str]:
     if not isinstance(llm_config, str):  # explicit options (an endpoint/model chosen by the caller)
         return True, "LLM pipeline with the given options"
     try:  # "auto"/"embedded": only when the embedded model and its runtime are installed
-        from autometrics.evaluators.llm import local as local_llm
+        from ..llm import local as local_llm
 
         if local_llm.model_path() is not None and local_llm.llama_cpp_available():
             return True, "embedded LLM installed"
@@ -99,7 +100,7 @@ def llm_pipeline_status(llm_config=None) -> tuple[bool, str]:
 def _reference_free_metrics(frame: pd.DataFrame):
     """MetricBank metrics that online traces can feed: no references (traces have none), input
     only when the frame has inputs.  Scoring later must be able to run the same metrics."""
-    from autometrics.metricbank import default_metrics
+    from ...metricbank import default_metrics
 
     has_input = "input" in frame.columns and frame["input"].notna().any()
     return default_metrics(with_reference=False, with_input=bool(has_input))
@@ -131,7 +132,7 @@ def fit_for_refit(
         ok, why = llm_pipeline_status(llm_config)
         if ok:
             try:
-                from autometrics.evaluators.judges.options import LLMOptions
+                from ..judges.options import LLMOptions
 
                 data = frame[[c for c in ("id", "input", "output", target) if c in frame.columns]]
                 # "auto"/"embedded": the pipeline's defaults (the embedded local model)

@@ -32,9 +32,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from autometrics.collectors.store import TraceStore
-from autometrics.evaluators.continuous.monitor import Monitor, MonitorConfig
-from autometrics.evaluators.continuous.online import ScoringOptions
+from ...collectors.store import TraceStore
+from .monitor import Monitor, MonitorConfig
+from .online import ScoringOptions
 
 __all__ = ["Worker", "WorkerOptions", "Publisher", "run_job", "dashboard_default"]
 
@@ -223,7 +223,8 @@ def _soon(seconds: float):
 def dashboard_default(store: TraceStore) -> Path:
     """Default dashboard path: beside a SQLite database, else in the user data directory."""
     import sqlalchemy as sa
-    from autometrics.collectors.files import data_dir
+
+    from ...collectors.files import data_dir
 
     db = sa.engine.make_url(store.url).database
     if store.dialect == "sqlite" and db and db != ":memory:":

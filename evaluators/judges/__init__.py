@@ -24,7 +24,7 @@ from __future__ import annotations
 def __getattr__(name: str):
     # lazy: importing the package (e.g. for LLMOptions) must not load the judge machinery
     if name == "LLMJudgeMetric":
-        from autometrics.evaluators.judges.metric import LLMJudgeMetric
+        from .metric import LLMJudgeMetric
 
         return LLMJudgeMetric
     raise AttributeError(f"module 'autometrics.evaluators.judges' has no attribute {name!r}")

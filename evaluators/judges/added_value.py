@@ -19,7 +19,8 @@ import math
 
 import numpy as np
 from autometrics.errors import UserError
-from autometrics.evaluators.stats import kendall_tau
+
+from ..stats import kendall_tau
 
 __all__ = ["added_tau", "base_predictions", "stacked_predictions", "forward_keep", "screened_fold_fit"]
 
@@ -163,8 +164,9 @@ def forward_keep(values: list, y, groups, rows, base_pred=None, *, min_gain: flo
 def base_predictions(X, y, groups, train_pos, *, regression: str = "nnls", top_n: int = 5, n_splits: int = 5):
     """Out-of-fold predictions, on the training rows, of the evaluator the metrics already in
     would give (grouped K-fold; NaN elsewhere); None when there is no such metric."""
-    from autometrics.evaluators.selection import SELECTORS, make_selector
     from sklearn.model_selection import GroupKFold
+
+    from ..selection import SELECTORS, make_selector
 
     X = None if X is None else np.asarray(X, dtype=float)
     if X is None or X.ndim != 2 or X.shape[1] == 0:
@@ -196,7 +198,7 @@ def screened_fold_fit(base_cols: list[int], cand_cols: list[int], positive: list
     their own τ, see :meth:`NNLSMetricSelector.fit`'s ``required``).  So a candidate's place in
     the evaluator is decided without the labels of the rows it is then judged on.  ``positive``
     is accepted for compatibility; candidates are oriented by the data (:func:`added_tau`)."""
-    from autometrics.evaluators.selection import NNLSMetricSelector, make_selector
+    from ..selection import NNLSMetricSelector, make_selector
 
     groups = np.asarray(groups).astype(str)
     name = regression if regression != "auto" else "nnls"

@@ -26,7 +26,7 @@ import math
 import time
 from dataclasses import dataclass, field
 
-from autometrics.evaluators.judges.options import GeneratorCounts, ScreeningOptions
+from .options import GeneratorCounts, ScreeningOptions
 
 __all__ = ["Speed", "Budget", "Plan", "measure_speed", "plan_fit", "stage_estimates", "format_seconds"]
 
@@ -62,7 +62,7 @@ def measure_speed(client, messages: list[dict]) -> Speed | None:
     """Two uncached calls (counted in the client's usage as stage ``warmup``): ``messages`` for one
     token (mostly prompt), then a short prompt for 16 tokens (mostly completion); the two timings
     give prompt and completion speed.  None when the server does not answer."""
-    from autometrics.evaluators.llm.client import LLMClient
+    from ..llm.client import LLMClient
 
     probe = LLMClient(client.config, cache=False, usage=client.usage)
     try:
@@ -143,10 +143,10 @@ def stage_estimates(counts: GeneratorCounts, n_train: int, n_test: int, case_tok
     ``local`` (a llama.cpp server), ``evaluated_prompt_tokens`` counts an example's text once per
     row and screening round, as its prefix cache serves the other criteria of that row.  ``generate``
     False: the judges are given, no generation stage."""
-    from autometrics.evaluators.code_metric import estimate_code_calls
-    from autometrics.evaluators.judges.about_output import PROBES
-    from autometrics.evaluators.judges.metric import MAX_DEMO_CHARS
-    from autometrics.evaluators.judges.screening import candidate_calls
+    from ..code_metric import estimate_code_calls
+    from .about_output import PROBES
+    from .metric import MAX_DEMO_CHARS
+    from .screening import candidate_calls
 
     c = counts
     code_calls, code_prompt, code_completion = estimate_code_calls(c.n_code, int(min(case_tokens, 200)))
@@ -303,7 +303,7 @@ def plan_fit(budget: Budget, speed: Speed | None, *, n_lab: int, test_size: floa
     labelled rows in all).  Held-out rows are never cut: the evaluator with judges is validated
     on the same rows as the LLM-free one, which keeps every row.  ``test_size`` None: no held-out
     split (validity is cross-fitted on the rows the judges score)."""
-    from autometrics.evaluators.llm.client import estimate_tokens
+    from ..llm.client import estimate_tokens
 
     secs_left, toks_left = budget.left()
     secs_ok, toks_ok = secs_left * margin, toks_left * margin

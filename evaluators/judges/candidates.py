@@ -118,7 +118,7 @@ class JudgeCandidate(Candidate):
         super().__init__(judge.name, f"judge:{judge.spec.kind}", metric=judge, cost_per_row=self._cost())
 
     def _cost(self) -> float:
-        from autometrics.evaluators.llm.client import estimate_tokens
+        from ..llm.client import estimate_tokens
 
         if not self.outputs:
             return 0.0
@@ -130,7 +130,7 @@ class JudgeCandidate(Candidate):
 
     @classmethod
     def prepare(cls, candidates, positions):
-        from autometrics.evaluators.judges.metric import prefetch_row_major
+        from .metric import prefetch_row_major
 
         by_model: dict[str, list[JudgeCandidate]] = {}
         for c in candidates:
@@ -175,8 +175,8 @@ class JudgeCandidate(Candidate):
         """The input-swap probe (:mod:`.about_output`) on rows this judge has scored: a few extra
         judge calls, each the output of one row under the input of another.  Returns the evidence
         (``grades_input`` True: it grades the input, not the output)."""
-        from autometrics.evaluators.judges.about_output import MIN_PROBES, input_verdict, probe_pairs
-        from autometrics.evaluators.judges.metric import read_score
+        from .about_output import MIN_PROBES, input_verdict, probe_pairs
+        from .metric import read_score
 
         spec = self.judge.spec
         pairs = probe_pairs(values, self.inputs, positions, scale=(spec.scale_min, spec.scale_max))

@@ -25,7 +25,10 @@ import math
 import re
 
 import numpy as np
-from autometrics.evaluators.judges.criteria_checks import (
+
+from ..llm.client import LLMClient, LLMConfig, dspy_lm
+from ..stats import kendall_tau
+from .criteria_checks import (
     PROMPT_EXAMPLES,
     CheckedCriteria,
     check_criteria,
@@ -34,13 +37,11 @@ from autometrics.evaluators.judges.criteria_checks import (
     flip_rubric,
     rubric_text_inverted,
 )
-from autometrics.evaluators.judges.metric import JudgeSpec, LLMJudgeMetric, prefetch_row_major, read_score
-from autometrics.evaluators.llm.client import LLMClient, LLMConfig, dspy_lm
-from autometrics.evaluators.stats import kendall_tau
+from .metric import JudgeSpec, LLMJudgeMetric, prefetch_row_major, read_score
 
 __all__ = ["GeneratorCounts", "PAPER_COUNTS", "QUICK_COUNTS", "generate_judges", "quintile_scores", "check_rubric_direction"]
 
-from autometrics.evaluators.judges.options import PAPER_COUNTS, QUICK_COUNTS, GeneratorCounts  # noqa: F401
+from .options import PAPER_COUNTS, QUICK_COUNTS, GeneratorCounts  # noqa: F401
 
 log = logging.getLogger("autometrics.generate")
 _CLIP = 600

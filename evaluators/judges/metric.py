@@ -29,8 +29,9 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 from autometrics.errors import UserError
-from autometrics.evaluators.llm.client import LLMClient, LLMConfig, LLMResponse
-from autometrics.metricbank.base import Metric
+
+from ...metricbank.base import Metric
+from ..llm.client import LLMClient, LLMConfig, LLMResponse
 
 __all__ = ["JudgeSpec", "LLMJudgeMetric", "read_score", "score_multi", "judge_messages", "judge_case", "shared_affixes", "elide_text", "FACTORY"]
 

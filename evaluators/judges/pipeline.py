@@ -38,34 +38,35 @@ from dataclasses import asdict
 
 import numpy as np
 import pandas as pd
-from autometrics.collectors.files import json_safe
 from autometrics.errors import DataError
-from autometrics.evaluators.evaluator import Evaluator
-from autometrics.evaluators.induce import fit_on_features
-from autometrics.evaluators.judges import artifact as art
-from autometrics.evaluators.judges.budget import Budget, measure_speed, plan_fit
-from autometrics.evaluators.judges.generate import generate_judges
-from autometrics.evaluators.judges.metric import JudgeSpec, LLMJudgeMetric, bind_client, elide_text, unbind_clients
-from autometrics.evaluators.judges.options import LLMOptions
-from autometrics.evaluators.judges.preflight import (
+
+from ...collectors.files import json_safe
+from ..evaluator import Evaluator
+from ..induce import fit_on_features
+from ..llm.client import LLMCache, LLMClient, LLMConfig, LLMUnreachable, Usage
+from ..sampling import sample_groups
+from . import artifact as art
+from .budget import Budget, measure_speed, plan_fit
+from .generate import generate_judges
+from .metric import JudgeSpec, LLMJudgeMetric, bind_client, elide_text, unbind_clients
+from .options import LLMOptions
+from .preflight import (
     affixes_of,
     case_chars,
     estimate_plan,
     pace,
     warmup_messages,
 )
-from autometrics.evaluators.judges.preflight import (
+from .preflight import (
     dry_run as plan_only,
 )
-from autometrics.evaluators.judges.screening import (
+from .screening import (
     CandidateContext,
     JudgeCandidate,
     Screener,
     base_predictions,
     screened_fold_fit,
 )
-from autometrics.evaluators.llm.client import LLMCache, LLMClient, LLMConfig, LLMUnreachable, Usage
-from autometrics.evaluators.sampling import sample_groups
 
 __all__ = ["fit_with_judges", "estimate_plan"]
 
@@ -103,7 +104,7 @@ def _bank_note(opts: LLMOptions, n_train: int) -> str:
 def _llm_free(lab, target, common, progress: bool = False, k: int = 8, dense: bool = True) -> tuple:
     """The floor: the MetricBank metrics the retrieval policy scores (every cheap one, the
     expensive ones by measured signal), fitted like ``fit`` without --llm."""
-    from autometrics.evaluators.retrieval import score_bank
+    from ..retrieval import score_bank
 
     feats, bank, unavailable, plan = score_bank(lab, target, common["task"], test_size=common["test_size"],
                                                 seed=common["seed"], k=k, progress=progress, dense=dense)
@@ -358,7 +359,7 @@ def _fit_with_candidates(lab, target, X, meta, notes_b, outcome, screener, test_
     except ValueError as exc:  # e.g. every candidate disagrees with the labels: nothing the regression may use
         if free is None:
             raise
-        from autometrics.evaluators.stats import kendall_tau
+        from ..stats import kendall_tau
 
         for c in outcome.finalists:
             t = kendall_tau(X[c.name].to_numpy(dtype=float)[train_pos], y[train_pos])[0]
@@ -372,8 +373,8 @@ def _pay_for_the_choice(result, lab, target, Xb, meta_b, X, meta, fold, common, 
     the same folds: its validity is re-tested with the larger of the two τ as the permutation
     statistic (both procedures rerun on every permutation), and it stays validated only if that
     choice is above chance too; ``validity.choice_p_value`` records it."""
-    from autometrics.evaluators.induce import fold_selector
-    from autometrics.evaluators.validity import CrossFit, choice_adjusted, fold_plan
+    from ..induce import fold_selector
+    from ..validity import CrossFit, choice_adjusted, fold_plan
 
     v = result.evaluator.artifact["validity"]
     if v.get("method") != "cross-fit" or not v.get("validated"):
@@ -453,11 +454,11 @@ def _sources(opts: LLMOptions, counts, given: list) -> list:
 
     out = []
     if counts.n_code and not given:
-        from autometrics.evaluators.code_metric import code_metric_source
+        from ..code_metric import code_metric_source
 
         out.append(partial(code_metric_source, n=counts.n_code))
     if opts.exemplar:
-        from autometrics.evaluators.exemplar import exemplar_source
+        from ..exemplar import exemplar_source
 
         out.append(exemplar_source)
     return out + list(opts.candidate_sources)

@@ -11,10 +11,11 @@ from __future__ import annotations
 import dataclasses
 
 import numpy as np
-from autometrics.evaluators.judges.budget import Speed, estimate_seconds, measure_speed, stage_estimates
-from autometrics.evaluators.judges.metric import JudgeSpec, judge_messages, shared_affixes
-from autometrics.evaluators.judges.options import LLMOptions
-from autometrics.evaluators.llm.client import LLMClient, LLMConfig, estimate_tokens
+
+from ..llm.client import LLMClient, LLMConfig, estimate_tokens
+from .budget import Speed, estimate_seconds, measure_speed, stage_estimates
+from .metric import JudgeSpec, judge_messages, shared_affixes
+from .options import LLMOptions
 
 __all__ = ["case_chars", "estimate_plan", "warmup_messages", "dry_run", "pace", "affixes_of"]
 

@@ -40,7 +40,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
-from autometrics.evaluators.judges.added_value import (
+
+from ..sampling import group_prefix, stratified_groups
+from .added_value import (
     _finite,
     _se,
     added_tau,
@@ -49,9 +51,8 @@ from autometrics.evaluators.judges.added_value import (
     screened_fold_fit,
     stacked_predictions,
 )
-from autometrics.evaluators.judges.candidates import Candidate, CandidateContext, FunctionCandidate, JudgeCandidate
-from autometrics.evaluators.judges.options import ScreeningOptions
-from autometrics.evaluators.sampling import group_prefix, stratified_groups
+from .candidates import Candidate, CandidateContext, FunctionCandidate, JudgeCandidate
+from .options import ScreeningOptions
 
 __all__ = ["Candidate", "FunctionCandidate", "JudgeCandidate", "CandidateContext", "Screener", "ScreeningOutcome",
            "added_tau", "base_predictions", "schedule", "candidate_calls",
@@ -301,7 +302,7 @@ class Screener:
         Skipped (and said) when the budget cannot pay for the probe."""
         if not self.opts.probe_output:
             return alive
-        from autometrics.evaluators.judges.about_output import PROBES
+        from .about_output import PROBES
 
         kept = []
         for c in alive:

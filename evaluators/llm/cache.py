@@ -15,7 +15,7 @@ import threading
 import time
 from pathlib import Path
 
-from autometrics.collectors.files import data_path
+from ...collectors.files import data_path
 
 __all__ = ["KeyValueCache", "LLMCache", "default_cache_path", "digest"]
 

@@ -40,9 +40,9 @@ __all__ = [
     "dspy_lm",
 ]
 
-from autometrics.evaluators.llm.cache import LLMCache, default_cache_path
-from autometrics.evaluators.llm.config import LLMConfig, estimate_tokens
-from autometrics.evaluators.llm.usage import LLMResponse, StageUsage, Usage  # noqa: F401  (re-exported)
+from .cache import LLMCache, default_cache_path
+from .config import LLMConfig, estimate_tokens
+from .usage import LLMResponse, StageUsage, Usage  # noqa: F401  (re-exported)
 
 log = logging.getLogger("autometrics.llm")
 

@@ -83,7 +83,7 @@ class LLMConfig:
         if self.api_base:
             return self.api_base.rstrip("/")
         if self.is_local:
-            from autometrics.evaluators.llm.local import shared_server
+            from .local import shared_server
 
             return shared_server(self.model.split(":", 1)[1]).api_base
         if self.provider == "openai":
@@ -107,7 +107,7 @@ class LLMConfig:
     def cache_identity(self) -> str:
         """What the cache keys on: the model (the local one by its file hash, not its port)."""
         if self.is_local:
-            from autometrics.evaluators.llm.local import MODELS
+            from .local import MODELS
 
             size = self.model.split(":", 1)[1]
             return f"{self.model}@{MODELS.get(size, {}).get('sha256', '?')[:12]}"

@@ -58,7 +58,7 @@ MODELS: dict[str, dict] = {
 
 def models_dir() -> Path:
     """``$AUTOMETRICS_MODELS_DIR``, else ``models/`` in the data folder (``$AUTOMETRICS_HOME``)."""
-    from autometrics.collectors.files import data_path
+    from ...collectors.files import data_path
 
     return data_path("models")
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import argparse
 
-from autometrics._cli.checks import count, fraction, positive, seed
+from .checks import count, fraction, positive, seed
 
 __all__ = ["add_parser", "cmd_benchmark"]
 
@@ -63,10 +63,11 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def cmd_benchmark(args) -> int:
-    from autometrics._cli.checks import check_out_folder, local_inputs, metric_names
     from autometrics.collectors.files import atomic_write_files
-    from autometrics.errors import UserError
     from autometrics.evaluators.benchmark.harness import METHODS, run_benchmark
+
+    from ..errors import UserError
+    from .checks import check_out_folder, local_inputs, metric_names
 
     methods = [m.strip() for m in (args.methods or _METHODS).split(",") if m.strip()]
     unknown = [m for m in methods if m not in METHODS]

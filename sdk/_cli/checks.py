@@ -28,7 +28,7 @@ import tempfile
 import traceback
 from pathlib import Path
 
-from autometrics.errors import AutometricsError, UserError
+from ..errors import AutometricsError, UserError
 
 __all__ = ["N_BOOT_MAX", "Parser", "count", "fraction", "positive", "at_least", "duration", "port", "seed", "check_out_folder",
            "check_out_file", "check_page_path", "check_targets", "metric_names", "local_inputs", "debug_requested", "report",
@@ -115,7 +115,7 @@ def at_least(low: float):
 def duration(text: str) -> float:
     """argparse type: a duration with a unit (``20m``, ``90s``, ``1h30m``, ``7d``) -> seconds; argparse
     names the flag in its one ``error:`` line."""
-    from autometrics.durations import parse_duration
+    from ..durations import parse_duration
 
     try:
         return parse_duration(text, field="value")

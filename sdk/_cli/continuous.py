@@ -24,9 +24,10 @@ import json
 import logging
 import sys
 
-from autometrics._cli.checks import N_BOOT_MAX, at_least, count, fraction, port, positive, seed
 from autometrics.collectors.files import project_name
-from autometrics.errors import UserError
+
+from ..errors import UserError
+from .checks import N_BOOT_MAX, at_least, count, fraction, port, positive, seed
 
 __all__ = ["add_commands", "HANDLERS"]
 
@@ -215,8 +216,9 @@ def _existing_store(url: str | None) -> str | None:
     """The store URL of a command that only reads the store (refit, versions, dashboard): a SQLite
     file that does not exist is an error naming it (opening it would create an empty store and
     report "no versions"), never a new file.  The worker and demo create their store."""
-    from autometrics._cli.store_source import StoreFileMissing, store_url_of
     from autometrics.collectors.store import default_store_url
+
+    from .store_source import StoreFileMissing, store_url_of
 
     given = url or default_store_url()
     try:
@@ -229,8 +231,9 @@ def _existing_store(url: str | None) -> str | None:
 def _monitor(args, *, create: bool = False, **over):
     import os
 
-    from autometrics.errors import UserError
     from autometrics.evaluators.continuous.monitor import Monitor, MonitorConfig
+
+    from ..errors import UserError
 
     if args.store is not None and not args.store.strip():
         raise UserError("--store is empty; pass a store URL (an empty shell variable?) or leave the flag out.")
@@ -260,7 +263,7 @@ def cmd_worker(args) -> int:
     from autometrics.evaluators.continuous.worker import Worker, WorkerOptions, dashboard_default
 
     if args.dashboard:
-        from autometrics._cli.checks import check_page_path
+        from .checks import check_page_path
 
         check_page_path(args.dashboard, flag="--dashboard")
     mon = _monitor(args, create=True, batch_size=args.batch_size, settle_seconds=args.settle_seconds, **_drift_config(args))
@@ -319,7 +322,7 @@ def cmd_versions(args) -> int:
               "(see `autometrics versions --help`)", file=sys.stderr)
         return 2
     if getattr(args, "out", None):
-        from autometrics._cli.checks import check_out_folder
+        from .checks import check_out_folder
 
         check_out_folder(args.out, ["evaluator.json", "report.md"])
     mon = _monitor(args)
@@ -382,7 +385,7 @@ def cmd_dashboard(args) -> int:
     from autometrics.evaluators.continuous.worker import dashboard_default
 
     if args.out is not None and not args.serve:
-        from autometrics._cli.checks import check_page_path
+        from .checks import check_page_path
 
         check_page_path(args.out)  # FILE.html, or a folder that gets dashboard.html
     mon = _monitor(args)
@@ -401,8 +404,8 @@ def cmd_dashboard(args) -> int:
 
 
 def cmd_demo(args) -> int:
-    from autometrics._cli.checks import check_out_folder
-    from autometrics.demo import DEMO_PROJECT, TARGET, run_demo
+    from ..demo import DEMO_PROJECT, TARGET, run_demo
+    from .checks import check_out_folder
 
     out = check_out_folder(args.out, ["traces.db", "dashboard.html"])
     _not_a_real_store(out / "traces.db", DEMO_PROJECT)
@@ -425,7 +428,7 @@ def _not_a_real_store(db, demo_project: str) -> None:
     import sqlite3
     from pathlib import Path
 
-    from autometrics.errors import UserError
+    from ..errors import UserError
 
     db = Path(db)
     if not db.exists():

@@ -30,7 +30,7 @@ import sys
 import threading
 from pathlib import Path
 
-from autometrics._cli.checks import N_BOOT_MAX, Parser, count, duration, fraction, port, positive, seed
+from .checks import N_BOOT_MAX, Parser, count, duration, fraction, port, positive, seed
 
 
 def _build_parser() -> argparse.ArgumentParser:
@@ -170,13 +170,13 @@ def _build_parser() -> argparse.ArgumentParser:
                         help=f"collector limit (default ${CollectorLimits.ENV_PREFIX}{f.name.upper()}, else {f.default})")
     cs.add_argument("--langfuse", choices=["auto", "on", "off"], default="auto",
                     help="forward to Langfuse (auto: when LANGFUSE_PUBLIC_KEY/SECRET_KEY are set)")
-    from autometrics._cli import continuous
+    from . import continuous
 
     continuous.add_commands(sub)  # worker, refit, versions, dashboard, demo
-    from autometrics._cli import benchmark as _benchmark
+    from . import benchmark as _benchmark
 
     _benchmark.add_parser(sub)  # benchmark: the evaluator vs baselines on the same splits
-    from autometrics._cli import store as _store
+    from . import store as _store
 
     _store.add_parser(sub)  # store prune: retention
     lp = sub.add_parser("llm", help="the embedded local LLM (llama.cpp server with a small GGUF model from PyPI)")
@@ -218,7 +218,7 @@ def _check_fit_args(args) -> tuple[Path, list[str] | None]:
     """Everything about ``fit``'s flags that can be checked before the data is read or a metric
     runs: the targets (each once; folder-safe names with several), the output folder, the metric
     names.  Returns (output folder, metric names or None)."""
-    from autometrics._cli.checks import check_out_file, check_out_folder, check_targets, local_inputs, metric_names
+    from .checks import check_out_file, check_out_folder, check_targets, local_inputs, metric_names
 
     several = len(args.target) > 1
     check_targets(args.target, as_folders=several)
@@ -234,7 +234,7 @@ def _cmd_fit(args) -> int:
     from autometrics.evaluators.report import write_reports
 
     out_root, metrics = _check_fit_args(args)  # before the data is read and anything is fitted
-    from autometrics._cli.store_source import load_fit_data
+    from .store_source import load_fit_data
 
     ds, notes = load_fit_data(args)  # a file, demo:NAME, or the trace store (the worker's training frame)
     for line in notes:
@@ -423,7 +423,7 @@ def _cmd_collector(args) -> int:
 def main(argv: list[str] | None = None) -> int:
     """Run one command; returns the exit status: 0 done, 2 a user's mistake (one ``error:`` line),
     1 an internal error, 130 interrupted (:func:`autometrics._cli.checks.report`)."""
-    from autometrics._cli.checks import debug_requested, report
+    from .checks import debug_requested, report
 
     argv, debug = debug_requested(list(sys.argv[1:] if argv is None else argv))
     parser = _build_parser()
@@ -444,11 +444,11 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     previous = _exit_on_sigterm()
     try:
-        from autometrics._cli.bank import cmd_bank
-        from autometrics._cli.benchmark import cmd_benchmark
-        from autometrics._cli.continuous import HANDLERS
-        from autometrics._cli.score import cmd_llm, cmd_score
-        from autometrics._cli.store import cmd_store
+        from .bank import cmd_bank
+        from .benchmark import cmd_benchmark
+        from .continuous import HANDLERS
+        from .score import cmd_llm, cmd_score
+        from .store import cmd_store
 
         handler = {"fit": _cmd_fit, "score": cmd_score, "bank": cmd_bank, "collector": _cmd_collector, "llm": cmd_llm,
                    **HANDLERS, "benchmark": cmd_benchmark, "store": cmd_store}[args.command]

@@ -14,7 +14,7 @@ def cmd_llm(args) -> int:
 
     if args.llm_command == "install":
         if args.find_links is not None and not Path(args.find_links).is_dir():
-            from autometrics.errors import UserError
+            from ..errors import UserError
 
             raise UserError(f"--find-links {args.find_links} is not a folder; pass the folder holding the downloaded part wheels.")
         local_llm.install_model(args.model, find_links=args.find_links, remove_parts=args.remove_parts)
@@ -38,9 +38,10 @@ def cmd_llm(args) -> int:
 
 
 def cmd_score(args) -> int:
-    from autometrics._cli.checks import check_out_file, local_inputs
     from autometrics.collectors.files import atomic_write_text, spreadsheet_safe
     from autometrics.evaluators.fit import SCORE_COLUMN, Evaluator
+
+    from .checks import check_out_file, local_inputs
 
     # before anything is scored: --out must not be the data or the evaluator, nor a folder, nor unwritable
     out = check_out_file(args.out, inputs=local_inputs(args.data, args.evaluator), example="scored.csv")

@@ -15,15 +15,15 @@ import argparse
 import json
 import sys
 
-from autometrics._cli.checks import count
-from autometrics.errors import UserError
+from ..errors import UserError
+from .checks import count
 
 __all__ = ["add_parser", "cmd_store"]
 
 
 def _duration(text: str) -> str:
     """argparse type: checked here so a bad value is one ``error:`` line before the store opens."""
-    from autometrics.durations import parse_duration
+    from ..durations import parse_duration
 
     try:
         parse_duration(text, field="--older-than")
@@ -54,9 +54,10 @@ def cmd_store(args) -> int:
         print("error: say what to do: autometrics store prune --older-than 30d [--store URL] [--project P] [--dry-run]",
               file=sys.stderr)
         return 2
-    from autometrics._cli.store_source import _open_store, store_url_of
     from autometrics.collectors.store import default_store_url
     from autometrics.collectors.store.retention import sqlite_vacuum_hint, vacuum
+
+    from .store_source import _open_store, store_url_of
 
     given = args.store or default_store_url()
     url = store_url_of(given)

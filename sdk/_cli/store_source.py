@@ -19,9 +19,10 @@ import re
 from pathlib import Path
 
 from autometrics.collectors.files import project_name
-from autometrics.durations import parse_duration
-from autometrics.errors import DataError, UserError
 from autometrics.evaluators.data import load_dataset
+
+from ..durations import parse_duration
+from ..errors import DataError, UserError
 
 __all__ = ["store_url_of", "parse_since", "load_fit_data", "store_training_frame"]
 

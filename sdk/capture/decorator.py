@@ -24,11 +24,11 @@ import inspect
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from autometrics.errors import UserError
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
+from ..errors import UserError
 from .content import StreamText, _input_messages, _output_messages, _result_fields, provider_from_model
 from .runtime import _get_runtime, _internal, _Runtime
 from .spans import _CALL_KEY, _UNSET, _Call
