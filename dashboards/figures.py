@@ -231,7 +231,7 @@ def version_lines(x: dict, *, fmt=fmt_stat) -> list[str]:
     """``autometrics versions show N`` as lines: each agreement figure with the data it was
     computed on, each metric's direction read against its card, each warning with its figure.
     ``fmt`` formats one agreement dict (the CLI passes its ``tau ... p=... n=...`` form)."""
-    from ..evaluators.report import metric_direction
+    from ..evaluators.reading import metric_direction
 
     st = x["statistics"]
     ho = st.get("holdout") or {}

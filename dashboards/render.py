@@ -25,9 +25,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ..evaluators.report import fmt_number as _f
-from ..evaluators.report import fmt_p as _p
-from ..evaluators.report import metric_direction
+from ..evaluators.reading import fmt_number as _f
+from ..evaluators.reading import fmt_p as _p
+from ..evaluators.reading import metric_direction
 from . import figures as fig
 
 __all__ = ["render_dashboard", "write_dashboard"]

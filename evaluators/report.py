@@ -4,32 +4,18 @@ scripts, no CDN).  It shows what the evaluator is made of and how far to trust i
 from __future__ import annotations
 
 import html
-import math
 import re
 from pathlib import Path
 
 from ..metricbank import load_card
 from .code_metric import code_metrics_markdown
 from .fit import FitResult
+from .reading import fmt_number, fmt_p, metric_direction
 from .report_candidates import candidates_markdown
 from .report_svg import svg_scatter
 from .validity import artifact_validity, split_line
 
-__all__ = ["render_markdown", "render_html", "write_reports", "attach_analyses", "metric_direction"]
-
-
-def fmt_number(v, digits: int = 3) -> str:
-    """A number for a page: fixed digits, an en dash when missing or not finite."""
-    if v is None or (isinstance(v, float) and not math.isfinite(v)):
-        return "–"
-    return f"{v:.{digits}f}"
-
-
-def fmt_p(v) -> str:
-    """A p-value for a page: two significant digits, scientific below 0.001, a dash when missing."""
-    if v is None or (isinstance(v, float) and not math.isfinite(v)):
-        return "–"
-    return f"{v:.2g}" if v >= 1e-3 else f"{v:.1e}"
+__all__ = ["render_markdown", "render_html", "write_reports", "attach_analyses"]
 
 
 def _stat_line(s: dict) -> str:
@@ -64,43 +50,6 @@ def _regression_line(a: dict) -> str:
 def _stands_for(f: dict) -> str:
     reps = f.get("represents") or []
     return ", ".join(reps) if reps else "–"
-
-
-def metric_direction(f: dict, n_train: int | None = None) -> dict:
-    """How the evaluator uses one selected metric, read against the metric's card.
-
-    The score adds ``weight * z(metric)`` with z the plain standardised value, not flipped by
-    ``higher_is_better`` (:meth:`Evaluator.contributions`), so the weight's sign alone says which
-    way the metric moves the score; ``higher_is_better`` is the card's claim (MetricBank's class
-    attribute, per sub-score; True for LLM judges), recorded in the artifact at fit time.  NNLS
-    gives each weight the sign of the metric's train τ, so a weight against the card means the
-    humans preferred the other direction on this feedback.  Returns ``uses`` (the direction the
-    evaluator uses), ``card``, ``contradicts`` and a one-line ``reading``.
-    """
-    name, w = f["feature"], float(f["weight"])
-    card_higher = bool(f.get("higher_is_better", True))
-    card = "higher is better" if card_higher else "lower is better"
-    if w == 0 or not math.isfinite(w):
-        return {"uses": "no effect (weight 0)", "card": card, "contradicts": False,
-                "reading": f"{name} has weight 0: it does not move the score."}
-    up = w > 0
-    uses = "higher value raises the score" if up else "lower value raises the score"
-    t = f.get("tau_train")
-    t = float(t) if isinstance(t, int | float) and math.isfinite(t) else None
-    on = "fit-time training split" + (f" (n={n_train})" if n_train is not None else "")
-    tau = "" if t is None else f" (its τ with the labels on the {on}: {t:+.2f})"
-    if up == card_higher:
-        reading = (f"a higher {name} raises the score, as its card expects" if up else
-                   f"negative weight on a lower-is-better metric: a lower {name} raises the score, as its card expects "
-                   "(the usual direction, not a penalty)")
-        return {"uses": uses, "card": card, "contradicts": False, "reading": reading}
-    hi, lo = ("higher", "lower") if up else ("lower", "higher")
-    if t is not None and t != 0 and (t > 0) != up:  # e.g. PLS: the weight goes against the metric's own τ
-        why = f"its own τ points the other way{tau}: the weight corrects for the other metrics, read it only together with them"
-    else:
-        why = f"on this feedback humans preferred {hi} {name}{tau}: a task-specific signal, not the card's notion of quality"
-    reading = f"contradicts its card: a {hi} {name} raises the score although the card says {lo} is better; {why}"
-    return {"uses": uses, "card": card, "contradicts": True, "reading": reading}
 
 
 def _card_markdown(name: str) -> str:
