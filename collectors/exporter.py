@@ -25,7 +25,7 @@ import time
 
 from opentelemetry.sdk.trace import SpanProcessor
 
-from .sinks import CollectorSink, StoreFileChanged, StoreSink, _short
+from .sinks import CollectorSink, StoreFileChanged, StoreSink, short_error
 from .spool import Spool
 
 log = logging.getLogger("autometrics.collectors")
@@ -258,7 +258,7 @@ class BatchWriter:
     def _spool_unusable(self, exc: Exception) -> None:
         self.counters.add("spool_errors")
         self.errors.warning("spool-error", "autometrics: the spool %s is unusable, continuing without it (failed batches "
-                            "are retried, then dropped): %s: %s", self.spool, type(exc).__name__, _short(exc))
+                            "are retried, then dropped): %s: %s", self.spool, type(exc).__name__, short_error(exc))
         self.spool = None
         self._backlog = False
 
@@ -285,7 +285,7 @@ class BatchWriter:
                 self.errors.warning(
                     f"sink-{type(self.sink).__name__}", "autometrics: writing %d span(s) and %d feedback item(s) to %s failed "
                     "(attempt %d%s): %s: %s", len(spans), len(fb), self.sink, attempt + 1,
-                    "; spooling them" if self.spool is not None else "", type(exc).__name__, _short(exc))
+                    "; spooling them" if self.spool is not None else "", type(exc).__name__, short_error(exc))
                 if attempt + 1 < attempts and not self._stop:
                     time.sleep(self.retry_delay * (attempt + 1))
         if self.spool is not None:
@@ -320,7 +320,7 @@ class BatchWriter:
         except Exception as exc:  # an item that cannot be serialised: not the spool's fault
             self._lost("failed", len(spans), len(fb))
             self.errors.warning("spool-encode", "autometrics: a batch could not be serialised for the spool, dropped: %s: %s",
-                                type(exc).__name__, _short(exc))
+                                type(exc).__name__, short_error(exc))
             return False
         spool = self.spool
         if spool is None:
@@ -336,7 +336,7 @@ class BatchWriter:
                 return False
             # the disk is full, not the spool broken: these items are lost like those of a full
             # spool; the spool stays, what it holds is replayed, and later items are tried again
-            stored, full = [False] * len(records), f"on a full disk ({_short(exc)}; free space there)"
+            stored, full = [False] * len(records), f"on a full disk ({short_error(exc)}; free space there)"
         for r, ok in zip(records, stored, strict=True):
             if ok:
                 self.counters.add(f"{r.kind}_spooled", r.items)
@@ -369,7 +369,7 @@ class BatchWriter:
         except Exception as exc:
             self.counters.add("write_errors")
             self.errors.warning(f"sink-{type(self.sink).__name__}", "autometrics: replaying %d spooled item(s) to %s failed: "
-                                "%s: %s", sum(r.items for r in recs), self.sink, type(exc).__name__, _short(exc))
+                                "%s: %s", sum(r.items for r in recs), self.sink, type(exc).__name__, short_error(exc))
             try:
                 self.spool.release([r.seq for r in recs])
             except Exception:

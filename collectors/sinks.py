@@ -25,7 +25,7 @@ log = logging.getLogger("autometrics.collectors")
 __all__ = ["StoreSink", "CollectorSink", "StoreFileChanged"]
 
 
-def _short(exc: BaseException, n: int = 300) -> str:
+def short_error(exc: BaseException, n: int = 300) -> str:
     s = str(exc).replace("\n", " ")
     return s if len(s) <= n else s[:n] + "..."
 
@@ -174,7 +174,7 @@ class StoreSink:
             store.write(span_rows, feedback_rows)
             return None
         except (sa.exc.IntegrityError, sa.exc.DataError) as exc:  # a bad row: isolate it, keep the others
-            reason = f"{type(exc).__name__}: {_short(exc, 200)}"
+            reason = f"{type(exc).__name__}: {short_error(exc, 200)}"
         rej = [0, 0]
         for i, rows in enumerate((span_rows, feedback_rows)):
             for r in rows:

@@ -16,7 +16,7 @@ from autometrics.errors import UserError
 
 from . import _text
 from .base import Metric
-from .ngram import _Cache, _count_ngrams
+from .ngram import NgramCache, count_ngrams
 from .registry import register
 
 __all__ = ["CIDEr"]
@@ -69,9 +69,9 @@ class CIDEr(Metric):
 
         def ngram_stats(text: str) -> tuple[Counter, int]:
             toks = _text.words(text)
-            return _count_ngrams(toks, 1, n), len(toks)
+            return count_ngrams(toks, 1, n), len(toks)
 
-        counts = _Cache(ngram_stats)
+        counts = NgramCache(ngram_stats)
 
         # document frequency: number of examples whose reference set contains the n-gram
         ref_sets = Counter(tuple(refs) for refs in references)
@@ -87,7 +87,7 @@ class CIDEr(Metric):
         def idf(g: tuple) -> float:
             return log_docs - math.log(max(1.0, df.get(g, 0)))
 
-        vectors = _Cache(lambda text: _TfIdf(*counts[text], idf, n))
+        vectors = NgramCache(lambda text: _TfIdf(*counts[text], idf, n))
         two_sigma_sq = 2.0 * sigma * sigma
         scores = np.empty(len(outputs), dtype=float)
         for i, (o, refs) in enumerate(zip(outputs, references, strict=True)):

@@ -112,7 +112,7 @@ class MAUVE(ModelMetric):
         featurisation), the mean over tokens for encoders."""
         import torch
 
-        from .lm import _pad_id, _right_pad
+        from .lm import pad_id, right_pad
 
         tokenizer, model = self.model()
         decoder = not getattr(model.config, "is_encoder_decoder", False) and bool(
@@ -124,7 +124,7 @@ class MAUVE(ModelMetric):
         seqs = {t: (tokenizer(t, truncation=True, max_length=self.MAX_LENGTH)["input_ids"] or [fallback]) for t in uniq}
         feats: dict[str, np.ndarray] = {}
         for _, chunk in batched(uniq, self.batch_size):
-            ids, mask = _right_pad([seqs[t] for t in chunk], _pad_id(tokenizer))
+            ids, mask = right_pad([seqs[t] for t in chunk], pad_id(tokenizer))
             ids, mask = ids.to(model.device), mask.to(model.device)
             with inference_mode():
                 h = model(input_ids=ids, attention_mask=mask).last_hidden_state.float()

@@ -33,14 +33,14 @@ __all__ = [
 ]
 
 
-def _pad_id(tokenizer) -> int:
+def pad_id(tokenizer) -> int:
     for tid in (tokenizer.pad_token_id, tokenizer.eos_token_id, 0):
         if tid is not None:
             return int(tid)
     return 0  # pragma: no cover
 
 
-def _right_pad(seqs: list[list[int]], pad: int):
+def right_pad(seqs: list[list[int]], pad: int):
     import torch
 
     n = max(len(s) for s in seqs)
@@ -98,7 +98,7 @@ class Perplexity(ModelMetric):
         order = np.argsort([len(s) for s in seqs])
         result = np.zeros(len(outputs))
         for _, idx in batched(list(order), self.batch_size):
-            ids, mask = _right_pad([seqs[i] for i in idx], _pad_id(tokenizer))
+            ids, mask = right_pad([seqs[i] for i in idx], pad_id(tokenizer))
             ids, mask = ids.to(model.device), mask.to(model.device)
             with inference_mode():
                 logits = model(input_ids=ids, attention_mask=mask).logits[:, :-1]
@@ -212,7 +212,7 @@ class _RewardModel(ModelMetric):
         result = np.zeros(len(outputs))
         device = next(model.parameters()).device
         for _, idx in batched(list(order), self.batch_size):
-            ids, mask = _right_pad([seqs[i] for i in idx], _pad_id(tokenizer))
+            ids, mask = right_pad([seqs[i] for i in idx], pad_id(tokenizer))
             ids, mask = ids.to(device), mask.to(device)
             with inference_mode():
                 pooled = self._last_hidden(bundle["base"], ids, mask)
@@ -466,7 +466,7 @@ class MathProcessRewardModel(ModelMetric):
         device = next(model.parameters()).device
         order = np.argsort([len(s) for s in seqs])
         for _, idx in batched(list(order), self.batch_size):
-            ids, mask = _right_pad([seqs[i] for i in idx], _pad_id(tok))
+            ids, mask = right_pad([seqs[i] for i in idx], pad_id(tok))
             ids, mask = ids.to(device), mask.to(device)
             with inference_mode():
                 out: Any = model(input_ids=ids, attention_mask=mask)

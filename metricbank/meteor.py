@@ -51,7 +51,7 @@ DEFAULT_WORDNET_DIR = "/usr/share/wordnet"
 _REQUIRED_FILES = tuple(
     f"{kind}.{pos}" for kind in ("index", "data") for pos in ("noun", "verb", "adj", "adv")
 ) + tuple(f"{pos}.exc" for pos in ("noun", "verb", "adj", "adv"))
-_INSTALL_HINT = (
+INSTALL_HINT = (
     "install WordNet 3.0 with `sudo apt-get install wordnet-base` (Debian/Ubuntu) or point "
     f"{WORDNET_ENV} at a folder holding its index.*/data.*/*.exc files"
 )
@@ -222,7 +222,7 @@ def _warn_no_wordnet_once() -> None:
     if not _warned_no_wordnet:
         _warned_no_wordnet = True
         log.warning(
-            "METEOR: no WordNet found (%s); using exact + stem matching only (signature syn:none)", _INSTALL_HINT
+            "METEOR: no WordNet found (%s); using exact + stem matching only (signature syn:none)", INSTALL_HINT
         )
 
 
@@ -266,7 +266,7 @@ class METEOR(Metric):
         except ImportError as exc:  # pragma: no cover - nltk is a core dependency
             raise MetricUnavailable("nltk is not installed; run `pip install 'nltk>=3.8'`") from exc
         if self.params["synonyms"] == "wordnet" and find_wordnet_dir() is None:
-            raise MetricUnavailable(f"METEOR(synonyms='wordnet') needs WordNet 3.0: {_INSTALL_HINT}")
+            raise MetricUnavailable(f"METEOR(synonyms='wordnet') needs WordNet 3.0: {INSTALL_HINT}")
 
     def _compute(self, outputs: list[str], inputs: list[str], references: list[list[str]]) -> np.ndarray:
         self.check_available()

@@ -34,7 +34,7 @@ __all__ = ["BLEU", "NIST", "GLEU", "iBLEU", "ChrFPlusPlus"]
 _SACREBLEU_HINT = "sacrebleu is not installed; run `pip install 'sacrebleu>=2.4'`"
 
 
-def _sacrebleu_metrics():
+def sacrebleu_metrics():
     """Import ``sacrebleu.metrics`` lazily so the registry imports without it."""
     try:
         from sacrebleu import metrics
@@ -43,7 +43,7 @@ def _sacrebleu_metrics():
     return metrics
 
 
-def _count_ngrams(tokens: Sequence[str], lo: int, hi: int) -> Counter:
+def count_ngrams(tokens: Sequence[str], lo: int, hi: int) -> Counter:
     """Counts of every n-gram of order ``lo..hi`` (tuples), all orders in one Counter."""
     counts: Counter = Counter()
     n_tok = len(tokens)
@@ -53,7 +53,7 @@ def _count_ngrams(tokens: Sequence[str], lo: int, hi: int) -> Counter:
     return counts
 
 
-def _clipped_overlap(hyp: Counter | dict, ref: Counter | dict) -> int:
+def clipped_overlap(hyp: Counter | dict, ref: Counter | dict) -> int:
     """sum_g min(hyp[g], ref[g]): the clipped match count of BLEU-family metrics."""
     if len(hyp) > len(ref):
         common = ref.keys() & hyp.keys()
@@ -62,7 +62,7 @@ def _clipped_overlap(hyp: Counter | dict, ref: Counter | dict) -> int:
     return sum(min(hyp[g], ref[g]) for g in common)
 
 
-class _Cache(dict):
+class NgramCache(dict):
     """A per-batch memo ``key -> make(key)`` (references repeat across systems)."""
 
     def __init__(self, make: Callable):
@@ -131,7 +131,7 @@ class _SacreSentenceScorer:
     def __init__(self, metric):
         self.metric = metric
         self.fast = all(hasattr(metric, h) for h in self._HOOKS)
-        self._refs = _Cache(self._reference_info)
+        self._refs = NgramCache(self._reference_info)
 
     def _reference_info(self, refs: tuple[str, ...]):
         m = self.metric
@@ -154,7 +154,7 @@ class _SacreBleuParams(Metric):
     signature_keys: ClassVar[dict[str, str]] = {"tokenize": "tok", "smooth_method": "smooth"}
 
     def _bleu(self):
-        return _sacrebleu_metrics().BLEU(
+        return sacrebleu_metrics().BLEU(
             tokenize=self.params["tokenize"],
             smooth_method=self.params["smooth_method"],
             effective_order=True,
@@ -290,8 +290,8 @@ class NIST(Metric):
 
     def _compute(self, outputs, inputs, references) -> np.ndarray:
         n = int(self.params["n"])
-        tokens = _Cache(_text.tokenize)
-        ref_sets = _Cache(lambda refs: _NistReferences([tokens[r] for r in refs], n))
+        tokens = NgramCache(_text.tokenize)
+        ref_sets = NgramCache(lambda refs: _NistReferences([tokens[r] for r in refs], n))
         return np.array(
             [self._sentence(tokens[o], ref_sets[tuple(refs)], n) for o, refs in zip(outputs, references, strict=True)],
             dtype=float,
@@ -342,9 +342,9 @@ class GLEU(Metric):
         lo, hi = int(self.params["min_len"]), int(self.params["max_len"])
 
         def grams(text: str) -> Counter:
-            return _count_ngrams(_text.tokenize(text), lo, hi)
+            return count_ngrams(_text.tokenize(text), lo, hi)
 
-        ref_sets = _Cache(lambda refs: _RefMatrix([grams(r) for r in refs]))
+        ref_sets = NgramCache(lambda refs: _RefMatrix([grams(r) for r in refs]))
         scores = np.empty(len(outputs), dtype=float)
         for i, (o, refs) in enumerate(zip(outputs, references, strict=True)):
             hyp = grams(o)
@@ -380,7 +380,7 @@ class _FastChrF:
                 hasattr(metric, h)
                 for h in ("_preprocess_segment", "_remove_punctuation", "_compute_f_score", "char_order", "word_order")
             )
-        self._sets = _Cache(self._reference_set)
+        self._sets = NgramCache(self._reference_set)
 
     def _ngrams(self, text: str) -> list[Counter]:
         m = self.metric
@@ -431,7 +431,7 @@ class ChrFPlusPlus(Metric):
         super().__init__(char_order=char_order, word_order=word_order, beta=beta)
 
     def _chrf(self):
-        return _sacrebleu_metrics().CHRF(
+        return sacrebleu_metrics().CHRF(
             char_order=self.params["char_order"], word_order=self.params["word_order"], beta=self.params["beta"]
         )
 

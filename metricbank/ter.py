@@ -17,7 +17,7 @@ from typing import ClassVar
 import numpy as np
 
 from .base import Metric
-from .ngram import _Cache, _clipped_overlap, _sacrebleu_metrics
+from .ngram import NgramCache, clipped_overlap, sacrebleu_metrics
 from .registry import register
 
 __all__ = ["TER"]
@@ -318,7 +318,7 @@ class TER(Metric):
         super().__init__(case_sensitive=case_sensitive, normalized=normalized, no_punct=no_punct)
 
     def _ter(self):
-        return _sacrebleu_metrics().TER(
+        return sacrebleu_metrics().TER(
             case_sensitive=self.params["case_sensitive"],
             normalized=self.params["normalized"],
             no_punct=self.params["no_punct"],
@@ -352,13 +352,13 @@ class TER(Metric):
             w = ter.tokenizer(text.rstrip()).split()
             return w, Counter(w)
 
-        ref_words = _Cache(words)
+        ref_words = NgramCache(words)
 
         def row(i: int) -> float:
             h, h_bag = words(outputs[i])
             refs = [ref_words[r] for r in references[i]]
             avg_len = sum(len(w) for w, _ in refs) / len(refs)
-            bounds = sorted((max(len(h), len(w)) - _clipped_overlap(h_bag, bag), k) for k, (w, bag) in enumerate(refs))
+            bounds = sorted((max(len(h), len(w)) - clipped_overlap(h_bag, bag), k) for k, (w, bag) in enumerate(refs))
             best = None
             for bound, k in bounds:
                 if best is not None and bound >= best:

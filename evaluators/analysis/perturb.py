@@ -305,9 +305,9 @@ class Perturber:
         if PERTURBATIONS[kind].method == "llm" and self.client is None:
             return "needs an LLM (pass llm=... / --llm)"
         if kind == "synonyms" and self.wordnet() is None:
-            from ...metricbank.meteor import _INSTALL_HINT
+            from ...metricbank.meteor import INSTALL_HINT
 
-            return f"no WordNet found: {_INSTALL_HINT}"
+            return f"no WordNet found: {INSTALL_HINT}"
         return None
 
     def generator(self, kind: str) -> str:

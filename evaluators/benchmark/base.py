@@ -41,11 +41,11 @@ class SplitContext:
     criterion: str | None = None
 
 
-def _ids(rows: Dataset) -> list[str]:
+def row_ids(rows: Dataset) -> list[str]:
     return rows.frame["id"].astype(str).tolist()
 
 
-def _inputs(rows: Dataset) -> list[str]:
+def row_inputs(rows: Dataset) -> list[str]:
     return rows.inputs if rows.has_input else [""] * len(rows)
 
 

@@ -57,9 +57,9 @@ from .base import (  # noqa: F401  (re-exported)
     Baseline,
     MetricFeatures,
     SplitContext,
-    _ids,
-    _inputs,
     bank_metrics,
+    row_ids,
+    row_inputs,
 )
 
 __all__ = [

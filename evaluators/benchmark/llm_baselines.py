@@ -11,7 +11,7 @@ import re
 import numpy as np
 
 from ..data import Dataset
-from .base import GENERIC_RUBRIC, USAGE_KEYS, Baseline, _inputs
+from .base import GENERIC_RUBRIC, USAGE_KEYS, Baseline, row_inputs
 
 log = logging.getLogger("autometrics")
 
@@ -95,7 +95,7 @@ class LLMJudgeBaseline(_LLMBaseline):
         return self
 
     def predict(self, rows):
-        return np.asarray(self.judge_.score(rows.outputs, inputs=_inputs(rows)), dtype=float)
+        return np.asarray(self.judge_.score(rows.outputs, inputs=row_inputs(rows)), dtype=float)
 
     def details(self):
         s = self.spec_
@@ -233,7 +233,7 @@ class DnAEvalBaseline(_LLMBaseline):
 
     def aspect_scores(self, rows: Dataset) -> np.ndarray:
         """(n_rows, n_aspects) judge scores, NaN where a reply could not be read."""
-        outs, ins = rows.outputs, _inputs(rows)
+        outs, ins = rows.outputs, row_inputs(rows)
         return np.column_stack([np.asarray(j.score(outs, inputs=ins), dtype=float) for j in self.judges_])
 
     def predict(self, rows):

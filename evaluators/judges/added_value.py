@@ -146,9 +146,9 @@ def forward_keep(values: list, y, groups, rows, base_pred=None, *, min_gain: flo
     z_next = z if z_next is None else z_next
     nb = n_boot if z > 0 or z_next > 0 else 0
     alone = first or [added_tau(v, y, groups, rows, base_pred, max_missing=max_missing, n_boot=nb, repeats=repeats) for v in values]
-    order = sorted(range(len(values)), key=lambda i: -_finite(alone[i]["gain"]))
+    order = sorted(range(len(values)), key=lambda i: -finite_or_floor(alone[i]["gain"]))
     kept, figs = [], list(alone)
-    low = lambda f, zz: _finite(f["gain"]) - zz * _se(f)  # noqa: E731
+    low = lambda f, zz: finite_or_floor(f["gain"]) - zz * std_error(f)  # noqa: E731
     for i in order:
         if low(alone[i], z) <= min_gain:
             continue
@@ -220,10 +220,10 @@ def screened_fold_fit(base_cols: list[int], cand_cols: list[int], positive: list
     return fit_predict
 
 
-def _se(fig: dict) -> float:
+def std_error(fig: dict) -> float:
     se = fig.get("se", math.nan)
     return float(se) if se is not None and math.isfinite(se) else 0.0
 
 
-def _finite(v) -> float:
+def finite_or_floor(v) -> float:
     return float(v) if v is not None and math.isfinite(v) else -math.inf

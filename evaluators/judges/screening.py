@@ -43,13 +43,13 @@ import numpy as np
 
 from ..sampling import group_prefix, stratified_groups
 from .added_value import (
-    _finite,
-    _se,
     added_tau,
     base_predictions,
+    finite_or_floor,
     forward_keep,
     screened_fold_fit,
     stacked_predictions,
+    std_error,
 )
 from .candidates import Candidate, CandidateContext, FunctionCandidate, JudgeCandidate
 from .options import ScreeningOptions
@@ -267,25 +267,25 @@ class Screener:
                             self.figures[c.name].append(given[i])
                         zz = self.opts.z_next if given[i].get("next_to") else self.opts.z_last
                         if math.isfinite(g) and zz > 0:
-                            detail += f" (lower bound {g2 - zz * _se(given[i]):+.3f} ≤ {self.opts.min_gain:+.3f})"
+                            detail += f" (lower bound {g2 - zz * std_error(given[i]):+.3f} ≤ {self.opts.min_gain:+.3f})"
                         elif math.isfinite(g2):
                             detail += f" (≤ {self.opts.min_gain:+.3f})"
                         fates[c.name] = {"fate": "screened out", "detail": detail}
                 rounds.append({"round": r + 1, "rows": int(len(rows)), "candidates": len(alive), "kept": len(finalists)})
                 return ScreeningOutcome(finalists, fates, rounds, None, self.figures, self.output_checks)
-            ranked = sorted(survivors, key=lambda c: -_finite(figs[c.name]["gain"]))
+            ranked = sorted(survivors, key=lambda c: -finite_or_floor(figs[c.name]["gain"]))
             if self.opts.z > 0:  # drop only what is shown to be worse (ScreeningOptions)
                 keep, bar, why_not = self._bounded(ranked, figs)
             else:  # the point estimates decide: the best 1/eta that add
                 quota = max(math.ceil(len(alive) / eta), self.opts.min_keep)
-                keep = [c for c in ranked[:quota] if _finite(figs[c.name]["gain"]) > self.opts.min_gain]
+                keep = [c for c in ranked[:quota] if finite_or_floor(figs[c.name]["gain"]) > self.opts.min_gain]
                 why_not = f" (not among the best {quota})"
             for c in survivors:
                 if c not in keep:
                     g = figs[c.name]["gain"]
                     why = (f"adds {g:+.3f} R²" if math.isfinite(g) else "no figure") + f" on {len(rows)} rows"
                     if self.opts.z > 0 and math.isfinite(g):
-                        why += f" (upper bound {g + self.opts.z * _se(figs[c.name]):+.3f} ≤ {bar:+.3f})"
+                        why += f" (upper bound {g + self.opts.z * std_error(figs[c.name]):+.3f} ≤ {bar:+.3f})"
                     elif math.isfinite(g) and g > self.opts.min_gain:
                         why += why_not
                     fates[c.name] = {"fate": "screened out", "detail": f"round {r + 1}: {why}"}
@@ -332,7 +332,7 @@ class Screener:
         z = self.opts.z
         bar = self.opts.min_gain
         keep = [c for c in ranked if math.isfinite(figs[c.name]["gain"])
-                and figs[c.name]["gain"] + z * _se(figs[c.name]) > bar]
+                and figs[c.name]["gain"] + z * std_error(figs[c.name]) > bar]
         return keep, bar, ""
 
     def run_all(self, candidates: list[Candidate], positions) -> ScreeningOutcome:

@@ -57,14 +57,14 @@ def cmd_store(args) -> int:
     from autometrics.collectors.store import default_store_url
     from autometrics.collectors.store.retention import sqlite_vacuum_hint, vacuum
 
-    from .store_source import _open_store, store_url_of
+    from .store_source import open_store, store_url_of
 
     given = args.store or default_store_url()
     url = store_url_of(given)
     if url is None:
         raise UserError(f"--store {given!r} is not a trace store URL: write sqlite:////absolute/path/app.db, the path of a .db "
                         "file, or postgresql+psycopg://user@host/db.")
-    store = _open_store(url)  # refuses a missing file or a database that is no trace store
+    store = open_store(url)  # refuses a missing file or a database that is no trace store
     try:
         res = store.prune(args.older_than, project=args.project, dry_run=args.dry_run, batch_size=args.batch_size)
         sizes = vacuum(store) if args.vacuum and not args.dry_run else None

@@ -132,7 +132,7 @@ def parse_since(text: str, *, now: dt.datetime | None = None) -> dt.datetime:
     return when if when.tzinfo else when.replace(tzinfo=dt.timezone.utc)
 
 
-def _open_store(url: str):
+def open_store(url: str):
     """The store at ``url``, upgraded like the worker's; DataError when it cannot be one."""
     import sqlalchemy as sa
     from autometrics.collectors.store import StoreError, TraceStore
@@ -191,7 +191,7 @@ def store_training_frame(url: str, targets: list[str], project: str, since: dt.d
     has no row."""
     import pandas as pd
 
-    store = _open_store(url)
+    store = open_store(url)
     try:
         frame = store.training_frame(targets, project=project, numeric=True)
         if since is not None and len(frame):

@@ -82,7 +82,7 @@ def _is_chat_messages(value) -> bool:
 _dumps_str = json.JSONEncoder(ensure_ascii=False).encode  # one C-accelerated call per content string
 
 
-def _input_messages(value, limit: int) -> str:
+def input_messages(value, limit: int) -> str:
     """GenAI-semconv ``gen_ai.input.messages`` JSON for a call's input."""
     if _is_chat_messages(value):
         msgs = []
@@ -94,7 +94,7 @@ def _input_messages(value, limit: int) -> str:
     return '[{"role":"user","parts":[{"type":"text","content":' + _dumps_str(_truncate(_to_text(value), limit)) + "}]}]"
 
 
-def _output_messages(value, limit: int, finish_reason: str | None = None) -> str:
+def output_messages(value, limit: int, finish_reason: str | None = None) -> str:
     """GenAI-semconv ``gen_ai.output.messages`` JSON; ``finish_reason`` only when the response gave one."""
     head = '[{"role":"assistant","parts":[{"type":"text","content":' + _dumps_str(_truncate(_to_text(value), limit)) + "}]"
     if finish_reason:
@@ -152,7 +152,7 @@ def _prediction_fields(pred) -> tuple[object, dict, str | None]:
     return value, attrs, None
 
 
-def _result_fields(result) -> tuple[object, dict, str | None]:
+def result_fields(result) -> tuple[object, dict, str | None]:
     """What a call returned -> (the output value, GenAI attributes, finish reason or None).
 
     OpenAI/LiteLLM-style completions give ``choices[0].message.content`` (or ``.text``), Anthropic

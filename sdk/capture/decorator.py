@@ -29,9 +29,9 @@ from opentelemetry import trace
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from ..errors import UserError
-from .content import StreamText, _input_messages, _output_messages, _result_fields, provider_from_model
-from .runtime import _get_runtime, _internal, _Runtime
-from .spans import _CALL_KEY, _UNSET, _Call
+from .content import StreamText, input_messages, output_messages, provider_from_model, result_fields
+from .runtime import Runtime, get_runtime, internal_error
+from .spans import CALL_KEY, NOT_SET, ObservedCall
 from .streams import drive_async_generator, drive_generator, mark_observed, stream_kind, wrap_stream
 
 # GenAI operations that are a call to a model (CLIENT spans named "{operation} {model}"); the
@@ -85,7 +85,7 @@ def _bound_arguments(spec: _Spec, args, kwargs) -> dict:
     return d
 
 
-def _capture_error(rt: _Runtime, spec: _Spec, span, what: str, exc: Exception) -> None:
+def _capture_error(rt: Runtime, spec: _Spec, span, what: str, exc: Exception) -> None:
     """A selector or redactor failed: record nothing for ``what`` (never a wrong or unredacted
     value), say why on the span, count it and log it once a minute per function and reason.
     Only the exception's type is written: its message may quote the very content being kept out."""
@@ -98,11 +98,11 @@ def _capture_error(rt: _Runtime, spec: _Spec, span, what: str, exc: Exception) -
     rt.errors.warning(f"capture:{spec.name}:{what}:{type(exc).__name__}", "autometrics: %s of %s", reason, spec.name)
 
 
-def _start(rt: _Runtime, spec: _Spec, args, kwargs, *, attach: bool = True):
+def _start(rt: Runtime, spec: _Spec, args, kwargs, *, attach: bool = True):
     """Open the call's span; ``attach``: make it current now and return the context token (the
     stream wrappers attach it around each step instead, so they pass False and get None)."""
     span = rt.tracer.start_span(spec.name, kind=spec.kind, attributes=spec.attrs)
-    call = _Call(spec, span)
+    call = ObservedCall(spec, span)
     if span.is_recording() and rt.cfg.capture_content and spec.capture_input is not False:
         try:
             if spec.input is not None:
@@ -111,10 +111,10 @@ def _start(rt: _Runtime, spec: _Spec, args, kwargs, *, attach: bool = True):
                 value = _call_input(spec, args, kwargs)
             if spec.redact is not None:
                 value = spec.redact(value)
-            span.set_attribute("gen_ai.input.messages", _input_messages(value, rt.cfg.max_content_chars))
+            span.set_attribute("gen_ai.input.messages", input_messages(value, rt.cfg.max_content_chars))
         except Exception as exc:  # never record a wrong or unredacted input
             _capture_error(rt, spec, span, "input", exc)
-    call.ctx = otel_context.set_value(_CALL_KEY, call, trace.set_span_in_context(span))
+    call.ctx = otel_context.set_value(CALL_KEY, call, trace.set_span_in_context(span))
     return call, (otel_context.attach(call.ctx) if attach else None)
 
 
@@ -122,17 +122,17 @@ def _start_stream(spec: _Spec, args, kwargs):
     """(runtime, call) for an observed generator function, or (runtime, None) to run it uncaptured
     (capture off, or capture's own failure, counted).  Calling a generator function only creates
     the generator and runs none of its code, so nothing needs the span current until the first step."""
-    rt = _get_runtime()
+    rt = get_runtime()
     if rt is None:
         return None, None
     try:
         return rt, _start(rt, spec, args, kwargs, attach=False)[0]
     except Exception as exc:
-        _internal(rt, "observe", exc)
+        internal_error(rt, "observe", exc)
         return rt, None
 
 
-def _end(rt: _Runtime, call: _Call, token, *, result=None, error: BaseException | None = None) -> None:
+def _end(rt: Runtime, call: ObservedCall, token, *, result=None, error: BaseException | None = None) -> None:
     try:
         otel_context.detach(token)
     except Exception:
@@ -140,7 +140,7 @@ def _end(rt: _Runtime, call: _Call, token, *, result=None, error: BaseException 
     _record(rt, call, result=result, error=error)
 
 
-def _finish_stream(rt: _Runtime, call: _Call, acc: StreamText, *, error: BaseException | None = None,
+def _finish_stream(rt: Runtime, call: ObservedCall, acc: StreamText, *, error: BaseException | None = None,
                    closed_early: bool = False) -> None:
     """End the span of a stream (called once by :mod:`~autometrics.capture.streams`)."""
     if acc.done:
@@ -149,7 +149,7 @@ def _finish_stream(rt: _Runtime, call: _Call, acc: StreamText, *, error: BaseExc
     _record(rt, call, error=error, stream=acc, closed_early=closed_early)
 
 
-def _record(rt: _Runtime, call: _Call, *, result=None, error: BaseException | None = None, stream: StreamText | None = None,
+def _record(rt: Runtime, call: ObservedCall, *, result=None, error: BaseException | None = None, stream: StreamText | None = None,
             closed_early: bool = False) -> None:
     spec, span = call.spec, call.span
     try:
@@ -163,10 +163,10 @@ def _record(rt: _Runtime, call: _Call, *, result=None, error: BaseException | No
                 span.set_attribute("error.type", type(error).__qualname__)
                 span.record_exception(error)
                 span.set_status(Status(StatusCode.ERROR, f"{type(error).__name__}: {error}"[:500]))
-                if content and call.output is not _UNSET:
+                if content and call.output is not NOT_SET:
                     _record_output(rt, call, call.output, None, explicit=True)
             else:
-                raw, attrs, finish = stream.result() if stream is not None else _result_fields(result)
+                raw, attrs, finish = stream.result() if stream is not None else result_fields(result)
                 if closed_early:
                     span.set_attribute("autometrics.stream.closed_early", True)
                     finish = finish or "cancelled"  # unless the model had already said why it stopped
@@ -175,7 +175,7 @@ def _record(rt: _Runtime, call: _Call, *, result=None, error: BaseException | No
                 if attrs:
                     span.set_attributes(attrs)
                 if content:
-                    if call.output is not _UNSET:
+                    if call.output is not NOT_SET:
                         _record_output(rt, call, call.output, finish, explicit=True)
                     elif spec.capture_output is not False:
                         # the selector sees the return value itself (a stream: its joined text)
@@ -185,15 +185,15 @@ def _record(rt: _Runtime, call: _Call, *, result=None, error: BaseException | No
                                 selected = spec.output(selected)
                             except Exception as exc:
                                 _capture_error(rt, spec, span, "output", exc)
-                                selected = _UNSET
+                                selected = NOT_SET
                         elif stream is None:
                             selected = raw
-                        if selected is not _UNSET:
+                        if selected is not NOT_SET:
                             _record_output(rt, call, selected, finish, explicit=False)
-            if content and call.input is not _UNSET:
+            if content and call.input is not NOT_SET:
                 try:
                     value = call.input if spec.redact is None else spec.redact(call.input)
-                    span.set_attribute("gen_ai.input.messages", _input_messages(value, rt.cfg.max_content_chars))
+                    span.set_attribute("gen_ai.input.messages", input_messages(value, rt.cfg.max_content_chars))
                 except Exception as exc:
                     _capture_error(rt, spec, span, "input", exc)
             if spec.auto_name and span.name == spec.name:
@@ -210,20 +210,20 @@ def _record(rt: _Runtime, call: _Call, *, result=None, error: BaseException | No
             rt.counters.add("internal_errors")
 
 
-def _record_output(rt: _Runtime, call: _Call, value, finish: str | None, *, explicit: bool) -> None:
+def _record_output(rt: Runtime, call: ObservedCall, value, finish: str | None, *, explicit: bool) -> None:
     spec = call.spec
     try:
         if explicit or spec.output is not None:  # a named value may still be a response object
-            value = _result_fields(value)[0]
+            value = result_fields(value)[0]
         if spec.redact is not None:
             value = spec.redact(value)
     except Exception as exc:  # never record an unredacted output
         _capture_error(rt, spec, call.span, "output", exc)
         return
-    call.span.set_attribute("gen_ai.output.messages", _output_messages(value, rt.cfg.max_content_chars, finish))
+    call.span.set_attribute("gen_ai.output.messages", output_messages(value, rt.cfg.max_content_chars, finish))
 
 
-def _returned(rt: _Runtime, call: _Call, token, result):
+def _returned(rt: Runtime, call: ObservedCall, token, result):
     """End the span now, or, for a returned stream, hand back a stand-in that ends it with the stream."""
     try:
         kind = stream_kind(result) if call.span.is_recording() else None
@@ -232,7 +232,7 @@ def _returned(rt: _Runtime, call: _Call, token, result):
             otel_context.detach(token)
             return proxy
     except Exception as exc:
-        _internal(rt, "stream capture", exc)
+        internal_error(rt, "stream capture", exc)
     _end(rt, call, token, result=result)
     return result
 
@@ -396,13 +396,13 @@ def observe(
     if inspect.iscoroutinefunction(func):
         @functools.wraps(func)
         async def async_wrapper(*args, **kwargs):
-            rt = _get_runtime()
+            rt = get_runtime()
             if rt is None:
                 return await func(*args, **kwargs)
             try:
                 call, token = _start(rt, spec, args, kwargs)
             except Exception as exc:
-                _internal(rt, "observe", exc)
+                internal_error(rt, "observe", exc)
                 return await func(*args, **kwargs)
             try:
                 result = await func(*args, **kwargs)
@@ -415,13 +415,13 @@ def observe(
 
     @functools.wraps(func)
     def wrapper(*args, **kwargs):
-        rt = _get_runtime()
+        rt = get_runtime()
         if rt is None:
             return func(*args, **kwargs)
         try:
             call, token = _start(rt, spec, args, kwargs)
         except Exception as exc:
-            _internal(rt, "observe", exc)
+            internal_error(rt, "observe", exc)
             return func(*args, **kwargs)
         try:
             result = func(*args, **kwargs)

@@ -62,7 +62,7 @@ from opentelemetry.trace import SpanKind
 from ..errors import UserError
 from . import runtime
 from .provider import CAPTURE_SCOPES
-from .settings import _env_bool, log
+from .settings import env_bool, log
 
 __all__ = ["instrument", "uninstrument", "instrumented", "CLIENTS", "TRACER_PROVIDER", "CONTENT_KEYS"]
 
@@ -150,7 +150,7 @@ class _RuntimeTracer(trace.Tracer):
         self._cache: tuple = (None, None)
 
     def _current(self):
-        rt = runtime._get_runtime()
+        rt = runtime.get_runtime()
         if rt is None:
             return None, None
         cached = self._cache
@@ -170,7 +170,7 @@ class _RuntimeTracer(trace.Tracer):
                                      links, start_time, record_exception, set_status_on_exception)
             return span if content else _ContentFreeSpan(span)
         except Exception as exc:  # capture's own failure: the client call runs unrecorded
-            runtime._internal(runtime._runtime, "instrument", exc)
+            runtime.internal_error(runtime._runtime, "instrument", exc)
             return trace.INVALID_SPAN
 
     @contextlib.contextmanager
@@ -257,7 +257,7 @@ def _missing(client: str) -> str | None:
 def _content_mode() -> str:
     """The GenAI content-capture mode for the instrumentations (see the module docstring)."""
     rt = runtime._runtime
-    capture = rt.cfg.capture_content if rt is not None else _env_bool("AUTOMETRICS_CAPTURE_CONTENT", True)
+    capture = rt.cfg.capture_content if rt is not None else env_bool("AUTOMETRICS_CAPTURE_CONTENT", True)
     if not capture:
         return "NO_CONTENT"
     user = os.environ.get(_CONTENT_ENV, "").strip().upper()
@@ -338,7 +338,7 @@ def _adopt_parent(kwargs, at_start: bool) -> bool:
                 # a copy: the caller's own metadata dict is never changed
                 params["metadata"] = {**md, _PARENT: span}
     except Exception as exc:
-        runtime._internal(runtime._runtime, "instrument-litellm", exc)
+        runtime.internal_error(runtime._runtime, "instrument-litellm", exc)
     return True
 
 
@@ -434,7 +434,7 @@ def _dspy_callback(handler):
                     inv.input_messages = [InputMessage(role="user", parts=[TextPart(content=_module_text(inputs))])]
                 self._open[call_id] = inv
             except Exception as exc:
-                runtime._internal(runtime._runtime, "instrument-dspy", exc)
+                runtime.internal_error(runtime._runtime, "instrument-dspy", exc)
 
         def on_module_end(self, call_id, outputs, exception=None):
             inv = self._open.pop(call_id, None)
@@ -448,7 +448,7 @@ def _dspy_callback(handler):
                     inv.output_messages = [OutputMessage(role="assistant", parts=[TextPart(content=_module_text(outputs))])]
                 inv.stop()
             except Exception as exc:
-                runtime._internal(runtime._runtime, "instrument-dspy", exc)
+                runtime.internal_error(runtime._runtime, "instrument-dspy", exc)
 
     return AutometricsModuleSpans()
 

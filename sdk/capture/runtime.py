@@ -1,13 +1,13 @@
 """Capture runtime: the process-wide tracer provider and span/feedback writer, and their lifecycle
 (``configure`` / ``flush`` / ``shutdown`` / ``stats``, plus the interpreter-exit hook).
 
-This module is the single owner of capture's mutable state: the active :class:`_Runtime`
+This module is the single owner of capture's mutable state: the active :class:`Runtime`
 (``_runtime``), the ``_disabled`` switch, the lock that serialises (re)configuration and the
 atexit registration flag.  The other modules read that state as ``runtime._runtime`` (an
 attribute of this module, never a copy), so ``configure()`` immediately changes what
 ``@observe``, ``feedback()`` and friends use; ``autometrics.capture._runtime`` forwards here too.
 
-Backends are only reached from the writer's background thread; a ``_Runtime`` counts and
+Backends are only reached from the writer's background thread; a ``Runtime`` counts and
 rate-limits its own failures (``stats()``), and ``flush``/``shutdown`` are bounded in time, so
 a down store, collector or Langfuse can neither fail nor hold up the application.
 """
@@ -23,12 +23,12 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.sampling import ALWAYS_ON, ParentBased, TraceIdRatioBased
 
 from ..collectors.exporter import BatchWriter, CollectorSink, Counters, RateLimitedLog, StoreSink, StoreSpanProcessor
-from .settings import ObserveConfig, _langfuse_wanted, _resolve_config, log
+from .settings import ObserveConfig, langfuse_wanted, log, resolve_config
 
 SCOPE = "autometrics"
 
 
-class _Runtime:
+class Runtime:
     """Everything one configure() built: provider, writer, optional Langfuse export."""
 
     def __init__(self, cfg: ObserveConfig, store=None):
@@ -65,7 +65,7 @@ class _Runtime:
             self.provider = TracerProvider(resource=Resource.create(attrs), sampler=ParentBased(root_sampler))
             self.provider.add_span_processor(self.store_processor)
         self.langfuse = None
-        if _langfuse_wanted(cfg.langfuse):
+        if langfuse_wanted(cfg.langfuse):
             try:
                 from ..collectors.langfuse_client import LangfuseClient
 
@@ -106,7 +106,7 @@ class _Runtime:
 
 
 # The module state (see the module docstring): rebound only by the functions below.
-_runtime: _Runtime | None = None
+_runtime: Runtime | None = None
 _disabled = False
 _lock = threading.RLock()
 _atexit_registered = False
@@ -147,7 +147,7 @@ def configure(
     app's spans form one tree in both the app's exporters and the trace store.
     """
     global _runtime, _disabled, _atexit_registered
-    cfg = _resolve_config(
+    cfg = resolve_config(
         store_url=store_url, collector_url=collector_url, api_key=api_key, project=project, task=task,
         sample_rate=sample_rate, langfuse=langfuse, capture_content=capture_content,
         max_content_chars=max_content_chars, queue_size=queue_size, flush_interval=flush_interval,
@@ -160,14 +160,14 @@ def configure(
             old.shutdown(5.0)
         _disabled = not cfg.enabled
         if cfg.enabled:
-            _runtime = _Runtime(cfg, store=store)
+            _runtime = Runtime(cfg, store=store)
         if not _atexit_registered:
             atexit.register(_at_exit)
             _atexit_registered = True
     return cfg
 
 
-def _get_runtime() -> _Runtime | None:
+def get_runtime() -> Runtime | None:
     rt = _runtime
     if rt is not None or _disabled:
         return rt
@@ -193,7 +193,7 @@ def _at_exit() -> None:
         pass
 
 
-def _internal(rt: _Runtime | None, where: str, exc: Exception) -> None:
+def internal_error(rt: Runtime | None, where: str, exc: Exception) -> None:
     """Count and (rate-limited) log a failure of capture's own code; never raises."""
     try:
         if rt is not None:

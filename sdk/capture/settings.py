@@ -24,7 +24,7 @@ from ..errors import UserError
 log = logging.getLogger("autometrics.capture")
 
 
-def _env_bool(name: str, default: bool) -> bool:
+def env_bool(name: str, default: bool) -> bool:
     v = os.environ.get(name)
     if v is None or v.strip() == "":
         return default
@@ -59,7 +59,7 @@ class ObserveConfig:
     tracer_provider: object | None = field(default=None, repr=False)
 
 
-def _resolve_config(
+def resolve_config(
     *,
     store_url: str | None,
     collector_url: str | None,
@@ -99,7 +99,7 @@ def _resolve_config(
     if isinstance(langfuse, bool):
         langfuse = "on" if langfuse else "off"
     cfg.langfuse = langfuse or env.get("AUTOMETRICS_LANGFUSE", "auto")
-    cfg.capture_content = capture_content if capture_content is not None else _env_bool("AUTOMETRICS_CAPTURE_CONTENT", True)
+    cfg.capture_content = capture_content if capture_content is not None else env_bool("AUTOMETRICS_CAPTURE_CONTENT", True)
     if max_content_chars is not None:
         cfg.max_content_chars = int(max_content_chars)
     if queue_size is not None:
@@ -110,7 +110,7 @@ def _resolve_config(
         cfg.flush_interval = float(flush_interval)
     if feedback_aggregate is not None:
         cfg.feedback_aggregate = feedback_aggregate
-    cfg.enabled = enabled if enabled is not None else not _env_bool("AUTOMETRICS_DISABLED", False)
+    cfg.enabled = enabled if enabled is not None else not env_bool("AUTOMETRICS_DISABLED", False)
     if spool is None:
         env_spool = env.get("AUTOMETRICS_SPOOL", "").strip()
         spool = False if env_spool.lower() in ("0", "false", "no", "off") else (env_spool or None)
@@ -132,7 +132,7 @@ def _resolve_config(
     return cfg
 
 
-def _langfuse_wanted(mode: str) -> bool:
+def langfuse_wanted(mode: str) -> bool:
     """Whether ``cfg.langfuse`` (``auto``/``on``/``off``) turns the Langfuse export on here:
     only ever with LANGFUSE_PUBLIC_KEY and LANGFUSE_SECRET_KEY set (``on`` without them warns)."""
     mode = (mode or "auto").lower()

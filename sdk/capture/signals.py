@@ -12,7 +12,7 @@ from __future__ import annotations
 from ..collectors.feedback import FeedbackSchema, FeedbackValueError, make_feedback_row
 from . import rule_cache as _rules
 from . import runtime as _runtime_module
-from .runtime import _get_runtime, _internal
+from .runtime import get_runtime, internal_error
 from .spans import current_trace_id
 
 
@@ -38,7 +38,7 @@ def feedback(trace_id: str | None, name: str, value, comment: str | None = None,
     (declared here, or read from the store in the background); the store checks every item again
     when writing (an item it refuses counts as ``feedback_rejected``).
     """
-    rt = _get_runtime()
+    rt = get_runtime()
     if rt is None:
         return None
     refused = None
@@ -57,7 +57,7 @@ def feedback(trace_id: str | None, name: str, value, comment: str | None = None,
     except FeedbackValueError as exc:
         refused = exc
     except Exception as exc:
-        _internal(rt, "feedback", exc)
+        internal_error(rt, "feedback", exc)
         return None
     if refused is not None:
         _refuse(rt, name, refused)
@@ -74,7 +74,7 @@ def feedback(trace_id: str | None, name: str, value, comment: str | None = None,
                 if rt.langfuse is not None:
                     rt.langfuse.score(row)
         except Exception as exc:
-            _internal(rt, "feedback", exc)
+            internal_error(rt, "feedback", exc)
             return None
     if refused is not None:
         if rt.cfg.feedback_errors == "raise":
@@ -115,7 +115,7 @@ def feedback_schema(name: str, kind: str, scale: tuple[float, float] | None = No
         try:
             _rules.persist_declaration(rt, project or rt.cfg.project, name.strip(), schema)
         except Exception as exc:
-            _internal(rt, "feedback_schema", exc)
+            internal_error(rt, "feedback_schema", exc)
     return schema
 
 
@@ -127,7 +127,7 @@ def training_frame(feedback_name, **kwargs):
     from ..collectors.files import project_name
     from ..collectors.store import TraceStore
 
-    rt = _get_runtime()
+    rt = get_runtime()
     kwargs.setdefault("project", rt.cfg.project if rt is not None else project_name())
     if rt is not None:
         rt.flush(10.0)

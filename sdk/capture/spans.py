@@ -15,14 +15,14 @@ from opentelemetry import context as otel_context
 from opentelemetry import trace
 
 from . import runtime
-from .runtime import _internal
+from .runtime import internal_error
 
-_UNSET = object()
+NOT_SET = object()
 # the innermost @observe call, stored in the OpenTelemetry context next to its span
-_CALL_KEY = otel_context.create_key("autometrics-observed-call")
+CALL_KEY = otel_context.create_key("autometrics-observed-call")
 
 
-class _Call:
+class ObservedCall:
     """One observed call: its span, the context its code runs in, and the input / output the
     application named with :func:`set_input` / :func:`set_output` (applied when the span ends)."""
 
@@ -32,12 +32,12 @@ class _Call:
         self.spec = spec
         self.span = span
         self.ctx = None
-        self.input = _UNSET
-        self.output = _UNSET
+        self.input = NOT_SET
+        self.output = NOT_SET
 
 
 def _set(what: str, value) -> bool:
-    call = otel_context.get_value(_CALL_KEY)
+    call = otel_context.get_value(CALL_KEY)
     if call is None:
         rt = runtime._runtime
         if rt is not None:
@@ -104,4 +104,4 @@ def update_current_span(*, model: str | None = None, response_model: str | None 
             a["gen_ai.operation.name"] = operation
         span.set_attributes(a)
     except Exception as exc:
-        _internal(runtime._runtime, "update_current_span", exc)
+        internal_error(runtime._runtime, "update_current_span", exc)
