@@ -136,3 +136,34 @@ def local_server():
     yield srv
     local_llm.stop_shared_servers()
     assert srv.proc is None  # stopped cleanly
+
+
+# ---- continuous evaluation and dashboards: a store with a fitted champion, a clean environment
+@pytest.fixture(scope="session")
+def fitted_store(tmp_path_factory):
+    """A SQLite store with 220 labelled SimpEval traces, one refit (v1 champion) and 140
+    unlabelled traces scored online; shared read-only by several tests (copy the file to mutate it)."""
+    from autometrics.collectors.store import TraceStore
+    from autometrics.evaluators.continuous.monitor import Monitor, MonitorConfig
+    from monitor_data import simpeval, write_traces
+
+    d = tmp_path_factory.mktemp("fitted")
+    url = f"sqlite:///{d / 'traces.db'}"
+    store = TraceStore(url)
+    df = simpeval()
+    write_traces(store, df.iloc[:220], project="p")
+    write_traces(store, df.iloc[220:], project="p", t0_ns=5_000_000_000, feedback=False)
+    mon = Monitor(store, MonitorConfig(target="score", project="p", settle_seconds=0, n_boot=200))
+    out = mon.refit()
+    assert out.outcome == "promoted", out
+    assert mon.score_new() == 360
+    store.dispose()
+    return url
+
+
+@pytest.fixture
+def clean_env(monkeypatch, tmp_path):
+    for k in list(os.environ):
+        if k.startswith(("AUTOMETRICS_", "LANGFUSE_")) and k != "AUTOMETRICS_SHARED":
+            monkeypatch.delenv(k, raising=False)
+    monkeypatch.setenv("AUTOMETRICS_HOME", str(tmp_path / "home"))

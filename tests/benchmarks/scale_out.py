@@ -40,7 +40,7 @@ from datetime import datetime
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-sys.path[:0] = [str(HERE), str(HERE.parent), str(HERE.parent / "evaluators" / "continuous")]
+sys.path[:0] = [str(HERE), str(HERE.parent)]
 CLI = [sys.executable, "-m", "autometrics._cli.main"]
 PROJECT, TARGET = "bench", "score"
 
