@@ -8,7 +8,7 @@ import logging
 
 from ..estimator import AutoMetricsRegressor
 from ..validity import CrossFit
-from .base import USAGE_KEYS, Baseline, MetricFeatures
+from .interface import USAGE_KEYS, Baseline, MetricFeatures
 
 log = logging.getLogger("autometrics")
 

@@ -51,7 +51,7 @@ from autometrics.errors import UserError
 
 from ..blackbox import gbm_model, single_threaded, xgboost_version  # noqa: F401
 from ..stats import kendall_tau
-from .base import (  # noqa: F401  (re-exported)
+from .interface import (  # noqa: F401  (re-exported)
     GENERIC_RUBRIC,
     USAGE_KEYS,
     Baseline,

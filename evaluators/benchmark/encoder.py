@@ -13,7 +13,7 @@ from autometrics.errors import UserError
 
 from ..blackbox import single_threaded
 from ..data import Dataset
-from .base import Baseline
+from .interface import Baseline
 
 log = logging.getLogger("autometrics")
 

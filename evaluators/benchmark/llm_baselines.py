@@ -11,7 +11,7 @@ import re
 import numpy as np
 
 from ..data import Dataset
-from .base import GENERIC_RUBRIC, USAGE_KEYS, Baseline, row_inputs
+from .interface import GENERIC_RUBRIC, USAGE_KEYS, Baseline, row_inputs
 
 log = logging.getLogger("autometrics")
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
-from autometrics.evaluators.benchmark.base import MetricFeatures
+from autometrics.evaluators.benchmark.interface import MetricFeatures
 from autometrics.evaluators.data import load_dataset
 from autometrics.evaluators.estimator import AutoMetricsRegressor, tau_scorer
 from autometrics.evaluators.fit import fit_evaluator
