@@ -32,7 +32,7 @@ import re
 from collections.abc import Iterable
 from typing import NamedTuple
 
-from autometrics.errors import DataError, UserError
+from ..metricbank.errors import DataError, UserError
 
 __all__ = ["span_row", "rows_from_readable_spans", "rows_from_otlp", "parse_otlp_json", "messages_text", "SpanRejected",
            "OtlpRows", "MAX_FIELD_CHARS", "field_limit"]

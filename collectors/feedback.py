@@ -27,7 +27,7 @@ import time
 import uuid
 from dataclasses import dataclass
 
-from autometrics.errors import UserError
+from ..metricbank.errors import UserError
 
 __all__ = ["make_feedback_row", "FEEDBACK_KINDS", "FeedbackSchema", "FeedbackValueError", "coerce_value", "infer_kind",
            "normalise_kind", "make_schema", "row_fingerprint", "binary_word", "POSITIVE_WORDS",

@@ -19,7 +19,7 @@ import threading
 import time
 import zlib
 
-from autometrics.errors import UserError
+from ..metricbank.errors import UserError
 
 __all__ = ["CollectorLimits", "ByteBudget", "BodyError", "decompress", "decompress_all", "DECODE_COST", "unstorable"]
 

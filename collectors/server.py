@@ -46,8 +46,7 @@ import sys
 import threading
 import time
 
-from autometrics.errors import UserError
-
+from ..metricbank.errors import UserError
 from .convert import parse_otlp_json, parse_otlp_protobuf, rows_from_otlp
 from .exporter import Counters, RateLimitedLog
 from .feedback import MAX_COMMENT_CHARS, FeedbackValueError, make_feedback_row, make_schema

@@ -27,9 +27,9 @@ import re
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
-from autometrics.errors import UserError
 
 from ..metricbank.base import Metric, MetricUnavailable
+from ..metricbank.errors import UserError
 from .llm.client import LLMClient
 from .sandbox import (
     ALLOWED_MODULES,

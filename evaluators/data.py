@@ -22,9 +22,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
-from autometrics.errors import DataError
 
 from ..collectors.feedback import binary_word
+from ..metricbank.errors import DataError
 from .tables import (
     as_text,
     builtin_dataset_path,

@@ -30,12 +30,12 @@ import time
 
 import numpy as np
 import pandas as pd
-from autometrics.errors import DataError, UserError
 from sklearn.base import BaseEstimator, RegressorMixin
 from sklearn.metrics import make_scorer
 from sklearn.utils.validation import check_is_fitted
 
 from ..collectors.files import json_safe
+from ..metricbank.errors import DataError, UserError
 from .data import Dataset, check_target, load_dataset, parse_labels
 from .evaluator import SCORE_COLUMN
 from .induce import DEFAULT_REGRESSION, fit_on_features

@@ -23,10 +23,10 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from autometrics.errors import DataError, MissingFile, UserError
 
 from ..collectors.files import atomic_write_files, dumps
 from ..metricbank import Metric
+from ..metricbank.errors import DataError, MissingFile, UserError
 from .data import load_dataset, read_table
 from .features import metric_from_artifact_spec, score_metrics
 

@@ -50,9 +50,9 @@ from dataclasses import dataclass, field
 from typing import ClassVar
 
 import numpy as np
-from autometrics.errors import UserError
 
 from ..metricbank import Metric, MetricUnavailable
+from ..metricbank.errors import UserError
 
 __all__ = ["MINILM", "FACTORY", "FEATURE", "DEFAULT_K", "MAX_EXEMPLARS", "knn_predict", "exclusion_mask", "represent",
            "pick_exemplars", "pack", "unpack", "input_key", "embed", "ExemplarMetric", "ExemplarFit", "fit_exemplar",

@@ -14,9 +14,9 @@ import time
 
 import numpy as np
 import pandas as pd
-from autometrics.errors import UserError
 
 from ..metricbank import Metric, MetricUnavailable, metric_from_spec
+from ..metricbank.errors import UserError
 
 __all__ = ["score_metrics", "metric_from_artifact_spec"]
 

@@ -22,9 +22,9 @@ Example::
 from __future__ import annotations
 
 import pandas as pd
-from autometrics.errors import DataError, UserError
 
 from ..metricbank import Metric
+from ..metricbank.errors import DataError, UserError
 from .data import Dataset, load_dataset
 from .estimator import AutoMetricsRegressor
 from .evaluator import SCORE_COLUMN, Evaluator, load_evaluator, score_metrics

@@ -21,9 +21,9 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from autometrics.errors import DataError, UserError
 
 from ..collectors.files import json_safe, package_version
+from ..metricbank.errors import DataError, UserError
 from .blackbox import blackbox_reference
 from .data import Dataset
 from .evaluator import ARTIFACT_FORMAT, ARTIFACT_VERSION, Evaluator

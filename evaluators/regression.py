@@ -13,8 +13,9 @@ Example::
 from __future__ import annotations
 
 import numpy as np
-from autometrics.errors import UserError
 from sklearn.base import BaseEstimator, RegressorMixin
+
+from ..metricbank.errors import UserError
 
 __all__ = ["LinearSelector", "PLSMetricSelector", "prepare"]
 

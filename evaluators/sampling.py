@@ -8,7 +8,8 @@ between the rows a judge is chosen on and the rows it is measured on, and counts
 from __future__ import annotations
 
 import numpy as np
-from autometrics.errors import UserError
+
+from ..metricbank.errors import UserError
 
 __all__ = ["sample_groups", "stratified_groups", "group_prefix", "sample_rows"]
 

@@ -81,7 +81,8 @@ class SandboxLimits:
     def __init__(self, *, cpu_seconds: int = 30, wall_seconds: float = 60.0, memory_mb: int = 512, file_mb: int = 16,
                  batch_rows: int = 250, open_files: int = 64):
         if cpu_seconds < 1 or wall_seconds <= 0 or memory_mb < 64 or file_mb < 1 or batch_rows < 1:
-            from autometrics.errors import UserError  # lazily: this file also runs as the child, without the package
+            # lazily: this file also runs as the child, without the package
+            from autometrics.metricbank.errors import UserError
 
             raise UserError("sandbox limits: cpu_seconds >= 1, wall_seconds > 0, memory_mb >= 64, file_mb >= 1, batch_rows >= 1")
         self.cpu_seconds = int(cpu_seconds)
@@ -180,7 +181,8 @@ def run_metric_code(source: str, inputs, outputs, references=None, *, limits: Sa
     refs = [None if r is None or (isinstance(r, float) and math.isnan(r)) else str(r) for r in references] \
         if references is not None else [None] * n
     if len(inputs) != n or len(refs) != n:
-        from autometrics.errors import UserError  # lazily: this file also runs as the child, without the package
+        # lazily: this file also runs as the child, without the package
+        from autometrics.metricbank.errors import UserError
 
         raise UserError(f"got {len(inputs)} inputs and {len(refs)} references for {n} outputs; pass one per output")
     res = SandboxResult(n)

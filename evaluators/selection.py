@@ -41,8 +41,8 @@ import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
-from autometrics.errors import UserError
 
+from ..metricbank.errors import UserError
 from .regression import LinearSelector, prepare
 from .stats import kendall_tau, kendall_taus
 

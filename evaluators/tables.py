@@ -12,7 +12,7 @@ CSV separators: a header line with no comma but with ``;``, a tab or ``|`` is re
 separator (spreadsheets in many locales save ``;``-separated "CSV"); the choice is recorded in
 ``frame.attrs["autometrics_read_note"]`` so the caller can print it.
 
-Errors are :class:`~autometrics.errors.DataError` (a kind of ``UserError``: the CLI
+Errors are :class:`~autometrics.metricbank.errors.DataError` (a kind of ``UserError``: the CLI
 turns it into exit 2 and one ``error:`` line).
 """
 
@@ -29,7 +29,8 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from autometrics.errors import DataError, UserError
+
+from ..metricbank.errors import DataError, UserError
 
 __all__ = ["UserError", "DataError", "read_table", "builtin_dataset_path", "row_ref", "as_text", "parse_reference_cell",
            "DEMO_DIR", "TABLE_SUFFIXES"]

@@ -41,8 +41,8 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
-from autometrics.errors import UserError
 
+from ..metricbank.errors import UserError
 from .stats import bootstrap_taus, kendall_tau
 
 __all__ = ["CrossFit", "Validity", "fold_plan", "crossfit", "crossfit_validity", "holdout_validity",

@@ -1,29 +1,31 @@
-"""MetricBank: classic evaluation metrics behind one batch interface, each with a Metric Card."""
+"""MetricBank: classic evaluation metrics behind one batch interface, each with a Metric Card.
 
-from .base import Metric, MetricUnavailable, as_references
-from .registry import (
-    CARD_SECTIONS,
-    default_metrics,
-    get_metric,
-    list_metrics,
-    load_card,
-    metric_class,
-    metric_from_spec,
-    missing_card_sections,
-    register,
-)
+The names below load on first use (PEP 562), so importing :mod:`.errors`, the package's error
+hierarchy that lives in this bottom stage, does not load numpy: the CLI names errors before it
+loads anything heavy.
+"""
 
-__all__ = [
-    "CARD_SECTIONS",
-    "Metric",
-    "MetricUnavailable",
-    "as_references",
-    "default_metrics",
-    "get_metric",
-    "list_metrics",
-    "load_card",
-    "metric_class",
-    "metric_from_spec",
-    "missing_card_sections",
-    "register",
-]
+from __future__ import annotations
+
+import importlib
+
+_EXPORTS = {
+    "Metric": "base", "MetricUnavailable": "base", "as_references": "base",
+    "CARD_SECTIONS": "registry", "default_metrics": "registry", "get_metric": "registry", "list_metrics": "registry",
+    "load_card": "registry", "metric_class": "registry", "metric_from_spec": "registry",
+    "missing_card_sections": "registry", "register": "registry",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    if name in _EXPORTS:
+        value = getattr(importlib.import_module(f".{_EXPORTS[name]}", __name__), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_EXPORTS))

@@ -18,7 +18,8 @@ from collections.abc import Sequence
 from typing import ClassVar
 
 import numpy as np
-from autometrics.errors import Unavailable, UserError
+
+from .errors import Unavailable, UserError
 
 __all__ = ["Metric", "MetricUnavailable", "as_references"]
 

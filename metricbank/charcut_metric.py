@@ -18,9 +18,9 @@ from __future__ import annotations
 import re
 
 import numpy as np
-from autometrics.errors import UserError
 
 from .base import Metric, MetricUnavailable
+from .errors import UserError
 from .registry import register
 
 __all__ = ["CharCut", "charcut_cost"]

@@ -12,10 +12,10 @@ from collections.abc import Callable
 from typing import ClassVar
 
 import numpy as np
-from autometrics.errors import UserError
 
 from . import _text
 from .base import Metric
+from .errors import UserError
 from .ngram import NgramCache, count_ngrams
 from .registry import register
 

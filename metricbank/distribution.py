@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import ClassVar
 
 import numpy as np
-from autometrics.errors import UserError
 
 from ._models import ModelMetric, Resources, batched, inference_mode, load_hf, load_tokenizer, measured
+from .errors import UserError
 from .registry import register
 
 __all__ = ["MAUVE", "InfoLM", "mauve_from_features", "divergence_curve", "information_measure"]

@@ -12,10 +12,10 @@ from collections.abc import Sequence
 from typing import ClassVar
 
 import numpy as np
-from autometrics.errors import UserError
 
 from . import _text
 from .base import Metric
+from .errors import UserError
 from .registry import register
 
 __all__ = ["DistinctNGrams", "SelfBLEU"]

@@ -36,10 +36,10 @@ from pathlib import Path
 from typing import ClassVar
 
 import numpy as np
-from autometrics.errors import UserError
 
 from . import _text
 from .base import Metric, MetricUnavailable
+from .errors import UserError
 from .registry import register
 
 __all__ = ["METEOR", "find_wordnet_dir", "load_wordnet"]

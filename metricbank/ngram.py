@@ -22,10 +22,10 @@ from collections.abc import Callable, Sequence
 from typing import ClassVar
 
 import numpy as np
-from autometrics.errors import UserError
 
 from . import _text
 from .base import Metric, MetricUnavailable
+from .errors import UserError
 from .registry import register
 
 __all__ = ["BLEU", "NIST", "GLEU", "iBLEU", "ChrFPlusPlus"]

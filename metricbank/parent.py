@@ -16,10 +16,10 @@ from collections import Counter
 from functools import cache
 
 import numpy as np
-from autometrics.errors import UserError
 
 from ._text import tokenize
 from .base import Metric
+from .errors import UserError
 from .registry import register
 
 __all__ = ["PseudoPARENT"]

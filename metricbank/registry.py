@@ -6,9 +6,8 @@ import importlib
 import re
 from pathlib import Path
 
-from autometrics.errors import MissingFile, NotFound
-
 from .base import Metric, MetricUnavailable
+from .errors import MissingFile, NotFound
 
 __all__ = [
     "CARD_SECTIONS",

@@ -15,10 +15,10 @@ from collections import Counter
 from functools import cache, lru_cache
 
 import numpy as np
-from autometrics.errors import UserError
 
 from ._text import split_sentences, words
 from .base import Metric, MetricUnavailable
+from .errors import UserError
 from .registry import register
 
 __all__ = ["SARI", "FKGL", "count_syllables", "sari_sentence"]

@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import ClassVar
 
 import numpy as np
-from autometrics.errors import UserError
 
 from . import _text
 from ._models import (
@@ -26,6 +25,7 @@ from ._models import (
     measured,
 )
 from .base import MetricUnavailable
+from .errors import UserError
 from .registry import register
 
 __all__ = ["SummaQA", "capitalized_entities", "token_f1"]

@@ -13,10 +13,10 @@ from collections import Counter
 from functools import cache
 
 import numpy as np
-from autometrics.errors import UserError
 
 from ._text import ngrams, words
 from .base import Metric
+from .errors import UserError
 from .registry import register
 
 __all__ = ["OutputLength", "LengthRatio", "InputSimilarity", "NovelNGramRatio"]

@@ -19,6 +19,10 @@ __all__ = [
     "load_dataset",
     "Evaluator",
     "AutoMetricsRegressor",
+    # the error hierarchy (autometrics.metricbank.errors): what an application may catch
+    "AutometricsError",
+    "UserError",
+    "DataError",
     # capture (autometrics.capture; needs the `observe` extra)
     "configure",
     "observe",
@@ -48,6 +52,10 @@ def __getattr__(name: str):
         from autometrics import capture as _capture
 
         return getattr(_capture, name)
+    if name in ("AutometricsError", "UserError", "DataError"):
+        from autometrics.metricbank import errors as _errors
+
+        return getattr(_errors, name)
     if name == "load_dataset":
         from autometrics.evaluators.data import load_dataset
 

@@ -29,7 +29,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import sqlalchemy as sa
-from autometrics.errors import Unavailable
+
+from ...metricbank.errors import Unavailable
 
 log = logging.getLogger("autometrics.collectors.store")
 

@@ -9,8 +9,8 @@ import logging
 from collections.abc import Iterable, Sequence
 
 import sqlalchemy as sa
-from autometrics.errors import UserError
 
+from ...metricbank.errors import UserError
 from .schema import (
     feedback,
     traces,

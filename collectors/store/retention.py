@@ -30,9 +30,9 @@ import datetime as dt
 import time
 
 import sqlalchemy as sa
-from autometrics.durations import parse_duration
-from autometrics.errors import UserError
 
+from ...metricbank.errors import UserError
+from ..durations import parse_duration
 from .schema import feedback, score_claims, spans, trace_scores, traces
 
 __all__ = ["PruneResult", "prune", "per_trace_tables", "DEFAULT_BATCH", "sqlite_vacuum_hint", "vacuum"]

@@ -13,8 +13,8 @@ import time
 from collections.abc import Iterable, Sequence
 
 import sqlalchemy as sa
-from autometrics.errors import UserError
 
+from ...metricbank.errors import UserError
 from .feedback_log import aggregate_feedback, frame_of
 from .schema import (
     feedback,

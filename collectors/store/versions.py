@@ -11,8 +11,8 @@ import logging
 import time
 
 import sqlalchemy as sa
-from autometrics.errors import NotFound
 
+from ...metricbank.errors import NotFound
 from ..files import dumps
 from .schema import (
     evaluator_versions,

@@ -23,9 +23,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from autometrics.errors import UserError
-
 from ...collectors.files import data_path
+from ...metricbank.errors import UserError
 from ..llm.cache import KeyValueCache, digest
 
 __all__ = ["PERTURBATIONS", "Perturbation", "PerturbationCache", "Perturber", "Perturbed", "default_cache_path", "perturbation_sentences"]

@@ -25,7 +25,8 @@ import logging
 import math
 
 import numpy as np
-from autometrics.errors import UserError
+
+from ...metricbank.errors import UserError
 
 __all__ = ["EvaluatorReward", "RewardInputError", "RewardWatch"]
 

@@ -52,9 +52,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
-from autometrics.errors import UserError
 
 from ...collectors.files import json_safe
+from ...metricbank.errors import UserError
 from .perturb import (  # noqa: F401  (re-exported)
     PERTURBATIONS,
     Perturbation,

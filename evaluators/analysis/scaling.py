@@ -37,9 +37,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
-from autometrics.errors import UserError
 
 from ...collectors.files import json_safe
+from ...metricbank.errors import UserError
 from ..data import Dataset, load_dataset
 from ..fit import fit_evaluator
 from ..stats import bootstrap_taus as _bootstrap

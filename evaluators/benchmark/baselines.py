@@ -47,8 +47,8 @@ import math
 from collections import Counter
 
 import numpy as np
-from autometrics.errors import UserError
 
+from ...metricbank.errors import UserError
 from ..blackbox import gbm_model, single_threaded, xgboost_version  # noqa: F401
 from ..stats import kendall_tau
 from .interface import (  # noqa: F401  (re-exported)

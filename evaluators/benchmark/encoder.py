@@ -9,8 +9,8 @@ import json
 import logging
 
 import numpy as np
-from autometrics.errors import UserError
 
+from ...metricbank.errors import UserError
 from ..blackbox import single_threaded
 from ..data import Dataset
 from .interface import Baseline

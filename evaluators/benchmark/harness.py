@@ -27,10 +27,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-from autometrics.errors import DataError, NotFound, UserError
 
 from ...collectors.files import json_safe, package_version
 from ...metricbank import MetricUnavailable
+from ...metricbank.errors import DataError, NotFound, UserError
 from ..data import load_dataset
 from ..sampling import sample_rows
 from ..stats import kendall_tau

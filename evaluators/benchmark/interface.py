@@ -10,8 +10,8 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
-from autometrics.errors import UserError
 
+from ...metricbank.errors import UserError
 from ..data import Dataset
 
 log = logging.getLogger("autometrics")

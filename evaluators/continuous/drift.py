@@ -49,7 +49,7 @@ import math
 import time
 from dataclasses import asdict, dataclass
 
-from autometrics.errors import UserError
+from ...metricbank.errors import UserError
 
 __all__ = ["DriftThresholds", "psi", "psi_bins", "score_drift", "drift_windows", "validity_decay", "fit_agreement",
            "score_drift_message", "validity_message"]

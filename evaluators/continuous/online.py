@@ -52,7 +52,7 @@ import uuid
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
-from autometrics.errors import UserError
+from ...metricbank.errors import UserError
 
 __all__ = ["ScoringOptions", "ScoringResult", "score_new", "sampled_for_judges"]
 

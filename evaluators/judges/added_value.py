@@ -18,8 +18,8 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from autometrics.errors import UserError
 
+from ...metricbank.errors import UserError
 from ..stats import kendall_tau
 
 __all__ = ["added_tau", "base_predictions", "stacked_predictions", "forward_keep", "screened_fold_fit"]

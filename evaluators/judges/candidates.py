@@ -23,7 +23,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
-from autometrics.errors import UserError
+
+from ...metricbank.errors import UserError
 
 __all__ = ["Candidate", "FunctionCandidate", "JudgeCandidate", "CandidateContext"]
 

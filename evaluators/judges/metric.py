@@ -28,9 +28,9 @@ import threading
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
-from autometrics.errors import UserError
 
 from ...metricbank.base import Metric
+from ...metricbank.errors import UserError
 from ..llm.client import LLMClient, LLMConfig, LLMResponse
 
 __all__ = ["JudgeSpec", "LLMJudgeMetric", "read_score", "score_multi", "judge_messages", "judge_case", "shared_affixes", "elide_text", "FACTORY"]

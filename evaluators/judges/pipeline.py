@@ -38,9 +38,9 @@ from dataclasses import asdict
 
 import numpy as np
 import pandas as pd
-from autometrics.errors import DataError
 
 from ...collectors.files import json_safe
+from ...metricbank.errors import DataError
 from ..evaluator import Evaluator
 from ..induce import fit_on_features
 from ..llm.client import LLMCache, LLMClient, LLMConfig, LLMUnreachable, Usage

@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from autometrics.errors import Unreachable
+from ...metricbank.errors import Unreachable
 
 __all__ = [
     "LLMConfig",

@@ -27,7 +27,7 @@ import threading
 import time
 from pathlib import Path
 
-from autometrics.errors import Unavailable, UserError
+from ...metricbank.errors import Unavailable, UserError
 
 __all__ = ["MODELS", "install_model", "model_path", "LocalLLMServer", "shared_server", "LocalLLMUnavailable"]
 

@@ -7,7 +7,7 @@ replaced.
 
 Errors, one rule for every command (:func:`report`):
 
-- a problem the user can fix (:class:`~autometrics.errors.AutometricsError`: a bad flag, value
+- a problem the user can fix (:class:`~autometrics.metricbank.errors.AutometricsError`: a bad flag, value
   or file, bad data, a metric, local LLM or trace store that cannot run here, an LLM that cannot be
   reached), a flag argparse refuses, and the outside world's equivalents (an ``OSError`` naming a
   file or device, a missing optional package, a database SQLAlchemy cannot reach or parse) is one
@@ -28,7 +28,7 @@ import tempfile
 import traceback
 from pathlib import Path
 
-from ..errors import AutometricsError, UserError
+from autometrics.metricbank.errors import AutometricsError, UserError
 
 __all__ = ["N_BOOT_MAX", "Parser", "count", "fraction", "positive", "at_least", "duration", "port", "seed", "check_out_folder",
            "check_out_file", "check_page_path", "check_targets", "metric_names", "local_inputs", "debug_requested", "report",
@@ -115,7 +115,7 @@ def at_least(low: float):
 def duration(text: str) -> float:
     """argparse type: a duration with a unit (``20m``, ``90s``, ``1h30m``, ``7d``) -> seconds; argparse
     names the flag in its one ``error:`` line."""
-    from ..durations import parse_duration
+    from autometrics.collectors.durations import parse_duration
 
     try:
         return parse_duration(text, field="value")

@@ -26,7 +26,7 @@ import sys
 
 from autometrics.collectors.files import project_name
 
-from ..errors import UserError
+from autometrics.metricbank.errors import UserError
 from .checks import N_BOOT_MAX, at_least, count, fraction, port, positive, seed
 
 __all__ = ["add_commands", "HANDLERS"]
@@ -233,7 +233,7 @@ def _monitor(args, *, create: bool = False, **over):
 
     from autometrics.evaluators.continuous.monitor import Monitor, MonitorConfig
 
-    from ..errors import UserError
+    from autometrics.metricbank.errors import UserError
 
     if args.store is not None and not args.store.strip():
         raise UserError("--store is empty; pass a store URL (an empty shell variable?) or leave the flag out.")
@@ -428,7 +428,7 @@ def _not_a_real_store(db, demo_project: str) -> None:
     import sqlite3
     from pathlib import Path
 
-    from ..errors import UserError
+    from autometrics.metricbank.errors import UserError
 
     db = Path(db)
     if not db.exists():

@@ -14,7 +14,7 @@ def cmd_llm(args) -> int:
 
     if args.llm_command == "install":
         if args.find_links is not None and not Path(args.find_links).is_dir():
-            from ..errors import UserError
+            from autometrics.metricbank.errors import UserError
 
             raise UserError(f"--find-links {args.find_links} is not a folder; pass the folder holding the downloaded part wheels.")
         local_llm.install_model(args.model, find_links=args.find_links, remove_parts=args.remove_parts)

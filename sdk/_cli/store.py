@@ -15,7 +15,7 @@ import argparse
 import json
 import sys
 
-from ..errors import UserError
+from autometrics.metricbank.errors import UserError
 from .checks import count
 
 __all__ = ["add_parser", "cmd_store"]
@@ -23,7 +23,7 @@ __all__ = ["add_parser", "cmd_store"]
 
 def _duration(text: str) -> str:
     """argparse type: checked here so a bad value is one ``error:`` line before the store opens."""
-    from ..durations import parse_duration
+    from autometrics.collectors.durations import parse_duration
 
     try:
         parse_duration(text, field="--older-than")

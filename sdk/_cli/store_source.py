@@ -21,8 +21,8 @@ from pathlib import Path
 from autometrics.collectors.files import project_name
 from autometrics.evaluators.data import load_dataset
 
-from ..durations import parse_duration
-from ..errors import DataError, UserError
+from autometrics.collectors.durations import parse_duration
+from autometrics.metricbank.errors import DataError, UserError
 
 __all__ = ["store_url_of", "parse_since", "load_fit_data", "store_training_frame"]
 

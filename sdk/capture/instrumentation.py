@@ -59,7 +59,7 @@ from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.trace import SpanKind
 
-from ..errors import UserError
+from autometrics.metricbank.errors import UserError
 from . import runtime
 from .provider import CAPTURE_SCOPES
 from .settings import env_bool, log

@@ -39,7 +39,7 @@ import threading
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
 
-from ..errors import UserError
+from autometrics.metricbank.errors import UserError
 
 # Instrumentation scopes whose spans make a trace worth storing (see the module docstring);
 # autometrics.capture.instrumentation adds the scopes of the client instrumentations it enabled.

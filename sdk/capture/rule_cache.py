@@ -20,7 +20,7 @@ import weakref
 
 from ..collectors.exporter import StoreSink
 from ..collectors.feedback import FeedbackSchema, FeedbackValueError, make_schema, row_fingerprint
-from ..errors import UserError
+from autometrics.metricbank.errors import UserError
 from . import runtime
 
 __all__ = ["declare", "known_schema", "check_id", "persist_declaration", "wait_loaded"]

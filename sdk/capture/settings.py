@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 from autometrics.collectors.files import project_name
 
-from ..errors import UserError
+from autometrics.metricbank.errors import UserError
 
 # The one logger of the capture package (its name predates the split into modules).
 log = logging.getLogger("autometrics.capture")

@@ -7,8 +7,8 @@ import json
 import numpy as np
 import pandas as pd
 import pytest
-from autometrics.errors import DataError
 from autometrics.evaluators.data import load_dataset, parse_labels
+from autometrics.metricbank.errors import DataError
 
 
 def _frame(n=20, **overrides):

@@ -5,8 +5,8 @@ from __future__ import annotations
 import datetime as dt
 
 import pytest
-from autometrics.durations import parse_duration
-from autometrics.errors import UserError
+from autometrics.collectors.durations import parse_duration
+from autometrics.metricbank.errors import UserError
 
 
 @pytest.mark.parametrize("text,seconds", [

@@ -1,6 +1,8 @@
-"""The package's error types: one hierarchy, in a module that imports nothing of the package, so
-every stage (metricbank at the bottom included) can raise them and the CLI can name them before
-it loads numpy or pandas (``autometrics --help`` stays fast).
+"""The package's error types: one hierarchy for every stage.  It lives in the bottom stage
+(metricbank) so that every stage can import it without importing upward, and it imports nothing,
+so the CLI can name these types before it loads numpy or pandas (``autometrics --help`` stays
+fast; the metricbank package loads its metrics lazily).  Applications catch them as
+``autometrics.UserError`` etc.
 
 :class:`AutometricsError` is a problem the user can fix; the CLI prints its message as one
 ``error: ...`` line and exits with status 2 (no traceback unless ``--debug``).  Anything else

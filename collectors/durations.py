@@ -6,7 +6,8 @@ A duration is one or more ``<number><unit>`` parts, largest unit first or not, s
 (minutes, never months), ``h``, ``d``, ``w``.  A bare number is refused for text (``20`` could be
 seconds or minutes); Python callers may pass seconds as a number or a ``timedelta``.
 
-A base module (it imports only :mod:`autometrics.errors`), so every stage can parse the same way.
+It lives in the lowest stage that reads durations (collectors: retention), so the stages above
+(the fit's budget, the CLI) parse the same way; it imports only the error hierarchy.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import datetime as dt
 import math
 import re
 
-from .errors import UserError
+from ..metricbank.errors import UserError
 
 __all__ = ["parse_duration", "DURATION_HELP"]
 
