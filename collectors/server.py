@@ -52,6 +52,7 @@ from .exporter import Counters, RateLimitedLog
 from .feedback import MAX_COMMENT_CHARS, FeedbackValueError, make_feedback_row, make_schema
 from .group_commit import GroupCommitWriter, Overloaded
 from .http_limits import BoundedHTTPServer, BufferedRequestHandler
+from .langfuse_client import langfuse_configured
 from .limits import (
     DECODE_COST,
     BodyError,
@@ -61,6 +62,7 @@ from .limits import (
     decompress_all,
     unstorable,
 )
+from .sinks import StoreSink
 from .store import FeedbackRejected, TraceStore, clock_skewed
 
 log = logging.getLogger("autometrics.collectors.server")
@@ -369,7 +371,6 @@ class CollectorServer:
         self.decode_budget = ByteBudget(lim.memory_budget - lim.memory_budget // 4)
         self.counters = Counters()
         self.errors = RateLimitedLog(log, 30.0)
-        from .sinks import StoreSink
 
         self.sink = StoreSink(store=self.store)  # checks a SQLite file's identity around every commit, as the SDK does
         self.sink.attach(self.counters, self.errors)
@@ -379,7 +380,6 @@ class CollectorServer:
             self.errors.warning("store-open", "collector: store not opened at start: %s", type(exc).__name__)
         self.writer = GroupCommitWriter(self.store, self.counters, sink=self.sink)
         self.langfuse = None
-        from .langfuse_client import langfuse_configured
 
         if langfuse != "off" and (langfuse == "on" or langfuse_configured()):
             from .langfuse_client import LangfuseForwarder

@@ -18,6 +18,7 @@ import logging
 import threading
 import urllib.parse
 
+from .convert import rows_from_readable_spans
 from .spool import FileIdentity, SpoolRecord
 
 log = logging.getLogger("autometrics.collectors")
@@ -142,8 +143,6 @@ class StoreSink:
              f"; the old file's uncheckpointed write-ahead log was moved to {stale}" if stale else "")
 
     def write(self, spans, feedback):
-        from .convert import rows_from_readable_spans
-
         return self.write_rows(rows_from_readable_spans(spans), list(feedback))
 
     def write_rows(self, span_rows: list[dict], feedback_rows: list[dict]):
@@ -185,8 +184,6 @@ class StoreSink:
         return rej[0], rej[1], reason
 
     def encode(self, spans, feedback) -> list[SpoolRecord]:
-        from .convert import rows_from_readable_spans
-
         out = []
         if spans:
             out.append(SpoolRecord(0, "span", "rows-json", len(spans), json.dumps(rows_from_readable_spans(spans)).encode()))

@@ -23,6 +23,9 @@ from __future__ import annotations
 import datetime as dt
 import math
 
+from ..evaluators.reading import metric_direction
+from ..evaluators.validity import artifact_validity, data_label, legacy_validity
+
 __all__ = ["FIT_TEST", "FIT_CROSS", "FIT_TRAIN", "HOLDOUT", "LIVE", "SCORES", "when", "fmt_stat", "fit_test", "holdout", "live",
            "labelled_warnings", "alert_figure", "drift_summary", "reconcile", "version_lines", "validity", "validity_label"]
 
@@ -66,8 +69,6 @@ def validity(version: dict) -> dict:
     """The version's validity verdict (``validated``, ``reason``, ...): from its artifact, else
     from its statistics (a version listed without the artifact); an evaluator fitted before
     validity was recorded gets the verdict read from its fit's held-out statistics."""
-    from ..evaluators.validity import artifact_validity, legacy_validity
-
     if version.get("artifact"):
         return artifact_validity(version["artifact"])
     return _stats(version).get("validity") or legacy_validity((_stats(version).get("fit") or {}).get("test") or {})
@@ -75,8 +76,6 @@ def validity(version: dict) -> dict:
 
 def validity_label(version: dict) -> str:
     """The data the version's validity verdict was computed on, as a figure label."""
-    from ..evaluators.validity import data_label
-
     v = validity(version)
     return data_label(v) if v.get("method") == "cross-fit" else fit_test(version)[1]
 
@@ -231,8 +230,6 @@ def version_lines(x: dict, *, fmt=fmt_stat) -> list[str]:
     """``autometrics versions show N`` as lines: each agreement figure with the data it was
     computed on, each metric's direction read against its card, each warning with its figure.
     ``fmt`` formats one agreement dict (the CLI passes its ``tau ... p=... n=...`` form)."""
-    from ..evaluators.reading import metric_direction
-
     st = x["statistics"]
     ho = st.get("holdout") or {}
     v = validity(x)

@@ -15,6 +15,10 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
+from ..collectors.langfuse_client import langfuse_configured
+from .langfuse_push import LangfusePush, push_pending
+from .render import write_dashboard
+
 __all__ = ["DashboardPublisher", "LangfusePublisher", "EchoPublisher", "default_publishers"]
 
 log = logging.getLogger("autometrics.worker")
@@ -25,8 +29,6 @@ class DashboardPublisher:
         self.path = Path(path)
 
     def publish(self, monitor, result: dict) -> None:
-        from .render import write_dashboard
-
         try:
             write_dashboard(monitor, self.path)
             result["dashboard"] = str(self.path)
@@ -48,9 +50,6 @@ class LangfusePublisher:
         self._disabled = self.mode == "off"
 
     def _client(self):
-        from ..collectors.langfuse_client import langfuse_configured
-        from .langfuse_push import LangfusePush
-
         if self._disabled:
             return None
         if self._pusher is None:
@@ -73,7 +72,6 @@ class LangfusePublisher:
         pusher = self._client()
         if pusher is None:
             return
-        from .langfuse_push import push_pending
 
         # delivered synchronously: a trace's scores are marked pushed only once Langfuse acknowledged them
         result["langfuse"] = push_pending(monitor, pusher, max_attempts=self.max_attempts)

@@ -12,6 +12,8 @@ import logging
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+from .render import render_dashboard
+
 __all__ = ["DashboardServer"]
 
 log = logging.getLogger("autometrics.dashboard")
@@ -19,8 +21,6 @@ log = logging.getLogger("autometrics.dashboard")
 
 class DashboardServer:
     def __init__(self, monitor, *, host: str = "127.0.0.1", port: int = 8765, title: str | None = None):
-        from .render import render_dashboard
-
         lock = threading.Lock()
 
         class H(BaseHTTPRequestHandler):

@@ -28,8 +28,10 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
+from ..collectors.files import json_safe
 from ..metricbank.base import Metric, MetricUnavailable
 from ..metricbank.errors import UserError
+from .judges.candidates import FunctionCandidate
 from .llm.client import LLMClient
 from .sandbox import (
     ALLOWED_MODULES,
@@ -394,8 +396,6 @@ def code_metric_source(ctx, *, n: int = 2) -> list:
     of kind ``code`` that costs no tokens to score.  A candidate that failed when it was written
     comes with its ``error`` set (screening reports it as failed, with the reason); each carries
     its ``spec`` for the artifact.  The sandbox runs once over every labelled row, on first use."""
-    from .judges.candidates import FunctionCandidate
-
     why = sandbox_unavailable()
     if why:
         ctx.echo(f"note: no code metrics: {why}")
@@ -444,8 +444,6 @@ def code_metric_entry(spec: CodeMetricSpec, *, feature: str | None = None, metri
     """One ``code_metrics`` entry of the evaluator artifact (JSON-safe): the spec with its full
     source, its card, whether it was selected, the last scoring run's row errors and ``stats``
     (e.g. ``tau_train``, ``tau_test``, ``missing`` from the fit's candidate table)."""
-    from ..collectors.files import json_safe
-
     entry = {"feature": feature or (metric.name if metric else spec.feature_name), "name": spec.name,
              "description": spec.description, "axis": spec.axis, "status": spec.status, "error": spec.error,
              "source": spec.source, "sha256": spec.sha(), "selected": bool(selected), "spec": spec.to_dict(),

@@ -35,11 +35,14 @@ from sklearn.metrics import make_scorer
 from sklearn.utils.validation import check_is_fitted
 
 from ..collectors.files import json_safe
+from ..metricbank import get_metric
 from ..metricbank.errors import DataError, UserError
 from .data import Dataset, check_target, load_dataset, parse_labels
-from .evaluator import SCORE_COLUMN
+from .evaluator import SCORE_COLUMN, score_metrics
 from .induce import DEFAULT_REGRESSION, fit_on_features
+from .judges.metric import LLMJudgeMetric
 from .judges.options import LLMOptions
+from .retrieval import score_bank
 from .stats import kendall_tau
 from .validity import CrossFit
 
@@ -235,10 +238,6 @@ class AutoMetricsRegressor(RegressorMixin, BaseEstimator):
         return self
 
     def _fit_llm_free(self, ds: Dataset, features, started: float):
-        from ..metricbank import get_metric
-        from .evaluator import score_metrics
-        from .retrieval import score_bank
-
         lab = ds.labelled(self.target)
         unavailable: dict[str, str] = {}
         plan = None
@@ -283,7 +282,6 @@ class AutoMetricsRegressor(RegressorMixin, BaseEstimator):
         opts = self.judge_options()
         if opts is None:
             return
-        from .judges.metric import LLMJudgeMetric
 
         if self._judge_client is None:
             from .judges.pipeline import llm_clients

@@ -27,8 +27,10 @@ import pandas as pd
 from ..collectors.files import atomic_write_files, dumps
 from ..metricbank import Metric
 from ..metricbank.errors import DataError, MissingFile, UserError
+from .analysis.reward import EvaluatorReward
 from .data import load_dataset, read_table
 from .features import metric_from_artifact_spec, score_metrics
+from .validity import artifact_validity
 
 __all__ = ["Evaluator", "ArtifactError", "check_artifact", "score_metrics", "load_evaluator", "ARTIFACT_FORMAT", "ARTIFACT_VERSION", "SCORE_COLUMN"]
 
@@ -165,8 +167,6 @@ class Evaluator:
         ``n_groups``, ``method``, ``reason``).  An artifact written before validity was recorded
         gets a verdict read from its held-out statistics (``method`` "holdout (recorded before
         validity)"), validated when that τ was positive with p <= 0.05."""
-        from .validity import artifact_validity
-
         return artifact_validity(self.artifact)
 
     @property
@@ -279,8 +279,6 @@ class Evaluator:
         rationales (one extra LLM call per judge when ``rationales``) and the ``top_k`` metrics
         that moved the score most.  A prediction without the output field raises
         :class:`~.reward.RewardInputError` naming the field.  See :mod:`.reward`."""
-        from .analysis.reward import EvaluatorReward
-
         return EvaluatorReward(self, input_field=input_field, output_field=output_field, reference_field=reference_field,
                                normalize=normalize, top_k=top_k, rationales=rationales)
 

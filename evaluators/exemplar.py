@@ -52,7 +52,9 @@ from typing import ClassVar
 import numpy as np
 
 from ..metricbank import Metric, MetricUnavailable
+from ..metricbank._models import cached_model, load_hf, load_tokenizer, locate_model, pick_device, require_packages
 from ..metricbank.errors import UserError
+from .judges.candidates import FunctionCandidate
 
 __all__ = ["MINILM", "FACTORY", "FEATURE", "DEFAULT_K", "MAX_EXEMPLARS", "knn_predict", "exclusion_mask", "represent",
            "pick_exemplars", "pack", "unpack", "input_key", "embed", "ExemplarMetric", "ExemplarFit", "fit_exemplar",
@@ -157,15 +159,6 @@ def input_key(text) -> str:
 # ------------------------------------------------------------------------------- the encoder
 def _encoder(model: str, device: str | None):
     """(tokenizer, model, device, max_length), loaded once per process (MetricBank's cache)."""
-    from ..metricbank._models import (
-        cached_model,
-        load_hf,
-        load_tokenizer,
-        locate_model,
-        pick_device,
-        require_packages,
-    )
-
     require_packages(FEATURE, ("torch", "transformers"))
     path = locate_model(FEATURE, model, how=_HOW)
     dev = pick_device(device)
@@ -371,8 +364,6 @@ def exemplar_source(ctx, *, k: int = DEFAULT_K, max_exemplars: int = MAX_EXEMPLA
     :class:`~.candidates.FunctionCandidate` whose values are :func:`fit_exemplar`'s (leave-one-out
     on training rows), so it is screened and selected like any judge.  No candidate (and a
     warning through ``ctx.echo``) when the encoder cannot run here."""
-    from .judges.candidates import FunctionCandidate
-
     has_input = any(str(i or "").strip() for i in ctx.inputs)
     try:
         fit = fit_exemplar(ctx.outputs, ctx.inputs if has_input else None, ctx.y, ctx.train_pos, ctx.groups, k=k,

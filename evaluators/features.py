@@ -17,6 +17,7 @@ import pandas as pd
 
 from ..metricbank import Metric, MetricUnavailable, metric_from_spec
 from ..metricbank.errors import UserError
+from .judges.metric import LLMJudgeMetric, prefetch_row_major
 
 __all__ = ["score_metrics", "metric_from_artifact_spec"]
 
@@ -60,7 +61,6 @@ def _ask_judges_row_major(metrics: list[Metric], outputs, inputs) -> None:
     judges = [m for m in metrics if getattr(m, "generated", False) and hasattr(m, "_prefetched") and hasattr(m, "requests")]
     if len(judges) < 2:
         return
-    from .judges.metric import LLMJudgeMetric, prefetch_row_major
 
     def norm(x):
         return "" if x is None or (isinstance(x, float) and np.isnan(x)) else str(x)

@@ -30,6 +30,7 @@ from .estimator import AutoMetricsRegressor
 from .evaluator import SCORE_COLUMN, Evaluator, load_evaluator, score_metrics
 from .induce import DEFAULT_REGRESSION, MIN_LABELS_FOR_CONFIDENCE, FitResult
 from .judges.options import LLMOptions
+from .judges.pipeline import fit_with_judges
 from .sampling import sample_rows
 from .validity import CrossFit
 
@@ -97,8 +98,6 @@ def fit_evaluator(
 def _dry_run(est: AutoMetricsRegressor, ds: Dataset) -> dict:
     """What fitting ``est`` (the full method) on ``ds`` would cost: LLM calls and tokens, with
     ``llm_options.warmup`` seconds per stage from one measured call; no other call is made."""
-    from .judges.pipeline import fit_with_judges
-
     opts = est.judge_options()
     if opts is None:
         raise UserError("dry_run estimates LLM calls: pass llm= (the LLM-free fit makes none)")

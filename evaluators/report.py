@@ -8,6 +8,7 @@ import re
 from pathlib import Path
 
 from ..metricbank import load_card
+from .analysis import robustness, scaling
 from .code_metric import code_metrics_markdown
 from .fit import FitResult
 from .reading import fmt_number, fmt_p, metric_direction
@@ -379,15 +380,11 @@ def analysis_markdown(a: dict, level: int = 2) -> list[str]:
     """The optional Data scaling and Robustness sections (``autometrics fit --scaling /
     --robustness``), read from the artifact's ``scaling`` and ``robustness`` entries (see
     :func:`attach_analyses`).  Empty when neither is present."""
-    from .analysis import robustness, scaling
-
     return scaling.markdown_section(a.get("scaling"), level) + robustness.markdown_section(a.get("robustness"), level)
 
 
 def analysis_html(a: dict) -> list[str]:
     """HTML of the same sections; the scaling curve is an inline SVG (no script, no external file)."""
-    from .analysis import robustness, scaling
-
     out = []
     if a.get("scaling"):
         out.append("<h2 id='scaling'>Data scaling: how many more labels are worth collecting?</h2>")

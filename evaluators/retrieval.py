@@ -34,6 +34,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..metricbank import default_metrics, list_metrics, load_card
+from ..metricbank._models import ModelMetric
+from .features import score_metrics
+from .judges.metric import read_score
+from .stats import kendall_tau
+
 __all__ = ["Document", "Retrieval", "bank_documents", "retrieve", "ndcg_at_k", "recall_at_k", "evaluate_retrieval",
            "CHEAP", "MODEL", "LLM", "SCREEN_ROWS", "CARD_WEIGHT", "EXPENSIVE_K", "cost_class", "screening_rows",
            "screen_signal", "card_relevance", "policy_scores", "CandidateFate", "RetrievalPlan", "plan_retrieval", "score_bank"]
@@ -64,8 +70,6 @@ class Retrieval:
 
 
 def bank_documents(names: list[str] | None = None) -> list[Document]:
-    from ..metricbank import list_metrics, load_card
-
     docs = []
     for name in names or list_metrics():
         try:
@@ -108,9 +112,6 @@ def _dense_rank(query: str, docs: list[Document]) -> list[int]:
 
 
 def _rerank(query: str, docs: list[Document], order: list[int], client, depth: int) -> dict[int, float]:
-    from .judges.metric import read_score
-    from .llm.client import LLMResponse  # noqa: F401  (type only)
-
     head = order[:depth]
     reqs = []
     for i in head:
@@ -227,7 +228,6 @@ def cost_class(metric) -> str:
         return declared
     if getattr(metric, "generated", False):
         return LLM
-    from ..metricbank._models import ModelMetric
 
     return MODEL if isinstance(metric, ModelMetric) else CHEAP
 
@@ -264,8 +264,6 @@ def screen_signal(X, meta: dict, y, metric_of=None) -> dict[str, dict]:
     """Per metric: its feature with the largest |Kendall tau-b| with ``y`` over the rows of ``X``
     and that tau (None when undefined: constant or missing on these rows).  ``meta`` as
     ``score_metrics`` returns it (a metric with several features keeps or drops them together)."""
-    from .stats import kendall_tau
-
     y = np.asarray(y, dtype=float)
     best: dict[str, dict] = {}
     for feature in X.columns:
@@ -344,15 +342,12 @@ def plan_retrieval(task: str | None, target: str, metrics: list, outputs, inputs
     floor): their screening figure is read from it instead of scoring again.  ``max_screened``
     bounds how many expensive candidates are screened (the best by card; the rest are
     reported as not screened)."""
-    from .features import score_metrics
-
     always = [m.name for m in metrics if cost_class(m) == CHEAP]
     fates = [CandidateFate(name, CHEAP, "always") for name in always]
     expensive = [m for m in metrics if cost_class(m) != CHEAP]
     notes: list[str] = []
     if not expensive:
         return RetrievalPlan(always, always, [], fates, [], k, notes)
-    from ..metricbank import list_metrics
 
     in_bank = set(list_metrics())
     docs = []
@@ -418,9 +413,6 @@ def score_bank(lab, target: str, task: str | None = None, *, test_size: float | 
     :func:`plan_retrieval` picks ``k`` by their signal on the training rows of the fit's split
     (``test_size``, ``seed``), and only those are scored on every row.  ``plan`` (a
     :class:`RetrievalPlan`) says what happened to each; it goes into the artifact's ``retrieval``."""
-    from ..metricbank import default_metrics
-    from .features import score_metrics
-
     unavailable: dict[str, str] = {}
     bank = default_metrics(with_reference=lab.has_references, with_input=lab.has_input, unavailable=unavailable)
     inputs = lab.inputs if lab.has_input else None

@@ -17,6 +17,7 @@ import numpy as np
 
 from ._models import ModelMetric, Resources, batched, inference_mode, load_hf, load_tokenizer, measured
 from .errors import UserError
+from .lm import pad_id, right_pad
 from .registry import register
 
 __all__ = ["MAUVE", "InfoLM", "mauve_from_features", "divergence_curve", "information_measure"]
@@ -111,8 +112,6 @@ class MAUVE(ModelMetric):
         """Last layer's hidden state at the last token for decoders (the paper's GPT-2
         featurisation), the mean over tokens for encoders."""
         import torch
-
-        from .lm import pad_id, right_pad
 
         tokenizer, model = self.model()
         decoder = not getattr(model.config, "is_encoder_decoder", False) and bool(

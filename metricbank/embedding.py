@@ -22,7 +22,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from ._models import ModelMetric, Resources, batched, inference_mode, load_hf, load_tokenizer, measured
+from ._models import ModelMetric, Resources, batched, inference_mode, load_hf, load_tokenizer, measured, release
 from .registry import register
 
 __all__ = [
@@ -166,8 +166,6 @@ class _EmbeddingMetric(ModelMetric):
         return ("encoder", str(path), device)  # one encoder per model, shared by the module's metrics
 
     def release(self) -> int:
-        from ._models import release
-
         path = str(self.model_path())
         return release(lambda k: k[0] == "encoder" and k[1] == path)
 

@@ -12,7 +12,9 @@ import numpy as np
 from ._models import (
     ModelMetric,
     Resources,
+    locate_model,
     measured,
+    pick_device,
     search_locations,
 )
 from .registry import register
@@ -44,7 +46,6 @@ class _LensBase(ModelMetric):
                 cands = []
             if cands:
                 return cands[-1]
-        from ._models import locate_model
 
         return locate_model(self.name, self.model_name, file="checkpoints/model.ckpt", how=(
             f"on a machine with Hugging Face access run `huggingface-cli download {self.model_name} --local-dir X` "
@@ -80,8 +81,6 @@ class LENS(_LensBase):
         return lens.LENS(str(path), rescale=self.params["rescale"])
 
     def _compute(self, outputs, inputs, references):
-        from ._models import pick_device
-
         scorer = self.model()
         scores = scorer.score(inputs, outputs, references, batch_size=self.batch_size, devices=self._devices(pick_device(self.device)))
         return np.asarray(scores, dtype=float)
@@ -108,8 +107,6 @@ class LENS_SALSA(_LensBase):
         return lens.LENS_SALSA(str(path))
 
     def _compute(self, outputs, inputs, references):
-        from ._models import pick_device
-
         scorer = self.model()
         res = scorer.score(inputs, outputs, batch_size=self.batch_size, devices=self._devices(pick_device(self.device)))
         scores = res[0] if isinstance(res, tuple) else res  # (scores, word-level edit tags)

@@ -53,6 +53,7 @@ def default_store_url() -> str:
     return f"sqlite:///{data_dir() / 'traces.db'}"
 
 
+from . import retention  # noqa: E402
 from .deliveries import DeliveryTables  # noqa: E402
 from .feedback_log import FeedbackTables  # noqa: E402
 from .feedback_rules import (  # noqa: E402
@@ -185,8 +186,6 @@ class TraceStore(TraceTables, FeedbackTables, VersionTables, OnlineScoreTables, 
         """Delete traces older than ``older_than`` (``"30d"``, ``"12h"``, ``"90m"``) that have no
         feedback, with their spans and online scores, in batches; labelled traces, feedback and
         evaluator versions are kept.  See :func:`autometrics.collectors.store.retention.prune`."""
-        from . import retention
-
         return retention.prune(self, older_than, project=project, dry_run=dry_run,
                                batch_size=retention.DEFAULT_BATCH if batch_size is None else batch_size)
 

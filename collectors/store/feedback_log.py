@@ -11,6 +11,8 @@ from collections.abc import Iterable, Sequence
 import sqlalchemy as sa
 
 from ...metricbank.errors import UserError
+from ..feedback import make_schema
+from . import feedback_rules
 from .schema import (
     feedback,
     traces,
@@ -34,9 +36,6 @@ class FeedbackTables:
         """Declare the kind and scale of feedback ``name`` in ``project`` for every writer of this
         store (SDKs in any process, collectors).  Raises ``ValueError`` when the name already has
         another kind or declared scale, unless ``replace`` (stored rows are not changed)."""
-        from ..feedback import make_schema
-        from . import feedback_rules
-
         if not isinstance(name, str) or not name.strip() or len(name) > 200:
             raise UserError(f"feedback name must be a non-empty string of at most 200 characters, not {name!r}")
         schema = make_schema(kind, scale)
@@ -45,8 +44,6 @@ class FeedbackTables:
 
     def feedback_schemas(self, project: str = "default") -> dict:
         """{name: FeedbackSchema} of ``project`` (declared, or fixed by the first stored item)."""
-        from . import feedback_rules
-
         with self.engine.connect() as conn:
             return {n: s for (_p, n), s in feedback_rules.load_schemas(conn, project=project).items()}
 

@@ -26,6 +26,7 @@ from pathlib import Path
 from ...collectors.files import data_path
 from ...metricbank.errors import UserError
 from ..llm.cache import KeyValueCache, digest
+from ..llm.client import LLMCache, LLMClient, LLMConfig, estimate_tokens
 
 __all__ = ["PERTURBATIONS", "Perturbation", "PerturbationCache", "Perturber", "Perturbed", "default_cache_path", "perturbation_sentences"]
 
@@ -267,8 +268,6 @@ class Perturber:
     or None for the default)."""
 
     def __init__(self, llm=None, *, cache=None, seed: int = 0, llm_cache=None):
-        from ..llm.client import LLMCache, LLMClient, LLMConfig
-
         if isinstance(llm, str):
             llm = LLMConfig.parse(llm)
         if isinstance(llm, LLMConfig):
@@ -351,8 +350,6 @@ class Perturber:
         return out
 
     def _llm(self, texts: list[str], kind: str) -> list[Perturbed]:
-        from ..llm.client import estimate_tokens
-
         out: list[Perturbed | None] = [None] * len(texts)
         reqs, where = [], []
         for i, t in enumerate(texts):

@@ -27,6 +27,8 @@ import math
 import numpy as np
 
 from ...metricbank.errors import UserError
+from ..continuous.drift import score_drift
+from ..features import score_metrics
 
 __all__ = ["EvaluatorReward", "RewardInputError", "RewardWatch"]
 
@@ -158,8 +160,6 @@ class EvaluatorReward:
     # ------------------------------------------------------------------------ scoring
     def score_one(self, output: str, input_text: str | None = None, references: list[str] | None = None) -> dict:
         """``{"score", "reward", "contributions": [{feature, value, contribution, weight}]}``."""
-        from ..features import score_metrics
-
         feats, _, notes = score_metrics(self.metrics, [output], None if input_text is None else [input_text],
                                         None if references is None else [references])
         missing = [f["feature"] for f in self.evaluator.features if f["feature"] not in feats.columns]
@@ -267,8 +267,6 @@ class RewardWatch:
         return out
 
     def report(self) -> dict:
-        from ..continuous.drift import score_drift
-
         h = self.history
         windows = []
         starts = list(range(0, len(h), self.window))

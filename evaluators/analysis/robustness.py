@@ -54,7 +54,10 @@ import numpy as np
 import pandas as pd
 
 from ...collectors.files import json_safe
+from ...metricbank import Metric, get_metric
 from ...metricbank.errors import UserError
+from ..data import Dataset, load_dataset
+from ..fit import SCORE_COLUMN, Evaluator, FitResult
 from .perturb import (  # noqa: F401  (re-exported)
     PERTURBATIONS,
     Perturbation,
@@ -159,8 +162,6 @@ Scorer = Callable[[list[str], "list[str] | None", "list[list[str]] | None"], Seq
 def _rows(outputs, inputs, references):
     """A Dataset of unlabelled rows with fresh ids (baselines look rows up by id: a perturbed
     output must never be mistaken for a row they were fitted on)."""
-    from ..data import Dataset
-
     n = len(outputs)
     tag = hashlib.sha256(json.dumps([outputs, inputs, references], ensure_ascii=False).encode()).hexdigest()[:10]
     frame = pd.DataFrame({
@@ -183,9 +184,6 @@ def as_scorer(obj, *, feature: str | None = None, sign: float | None = None) -> 
     given, e.g. the sign a fit chose from the data); a baseline from
     :mod:`.baselines` (anything with ``fit`` and ``predict(rows)``); or a plain callable.
     Returns (scorer, info) where info says what it needs."""
-    from ...metricbank import Metric
-    from ..fit import SCORE_COLUMN, Evaluator, FitResult
-
     if isinstance(obj, FitResult):
         obj = obj.evaluator
     if isinstance(obj, Evaluator):
@@ -226,8 +224,6 @@ def best_metric_scorer(evaluator) -> tuple[str, Scorer] | None:
     """The fit's best single existing metric (chosen on train, with the sign the fit gave it) as
     a scorer, to compare the evaluator's robustness with; None when the fit has none or it
     cannot be built here."""
-    from ...metricbank import get_metric
-
     best = (evaluator.statistics or {}).get("best_single_metric")
     if not best:
         return None
@@ -267,8 +263,6 @@ class RobustnessResult:
 
 
 def _load_rows(data, *, input_col="input", output_col="output", reference_cols=None, id_col="id"):
-    from ..data import Dataset, load_dataset
-
     if isinstance(data, Dataset):
         return data
     return load_dataset(data, None, input_col=input_col, output_col=output_col, reference_cols=reference_cols,

@@ -39,9 +39,10 @@ import numpy as np
 import pandas as pd
 
 from ...collectors.files import json_safe
+from ...metricbank import default_metrics, get_metric
 from ...metricbank.errors import UserError
 from ..data import Dataset, load_dataset
-from ..fit import fit_evaluator
+from ..fit import fit_evaluator, score_metrics
 from ..stats import bootstrap_taus as _bootstrap
 from ..stats import kendall_tau
 
@@ -120,9 +121,6 @@ class ScalingResult:
 
 
 def _bank_features(lab: Dataset, metrics, progress: bool):
-    from ...metricbank import default_metrics, get_metric
-    from ..fit import score_metrics
-
     if metrics is None:
         bank = default_metrics(with_reference=lab.has_references, with_input=lab.has_input)
     else:

@@ -10,6 +10,7 @@ import logging
 
 import numpy as np
 
+from ...metricbank._models import cached_model, load_hf, load_tokenizer, locate_model, pick_device, require_packages
 from ...metricbank.errors import UserError
 from ..blackbox import single_threaded
 from ..data import Dataset
@@ -56,8 +57,6 @@ class FinetunedBaseline(Baseline):
         return f"Frozen {short} + {self.head} head"
 
     def _path(self):
-        from ...metricbank._models import locate_model, require_packages
-
         require_packages("finetuned baseline", ("torch", "transformers"))
         return locate_model("finetuned baseline", self.model_name)
 
@@ -66,8 +65,6 @@ class FinetunedBaseline(Baseline):
 
     def _encoder(self):
         """(tokenizer, model, device, max_length, pooling), loaded once per process."""
-        from ...metricbank._models import cached_model, load_hf, load_tokenizer, pick_device
-
         path = self._path()
         device = pick_device(self.device)
 

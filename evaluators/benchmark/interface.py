@@ -11,8 +11,11 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from ...metricbank import default_metrics, get_metric
+from ...metricbank._models import ModelMetric
 from ...metricbank.errors import UserError
 from ..data import Dataset
+from ..fit import score_metrics
 
 log = logging.getLogger("autometrics")
 
@@ -95,9 +98,6 @@ def bank_metrics(bank: str = "cpu", *, with_reference: bool = True, with_input: 
                  unavailable: dict | None = None) -> list:
     """MetricBank metrics that run here.  ``bank="cpu"``: only metrics that need no model
     weights (fast on CPU); ``"all"``: every metric that can run here, model-based ones too."""
-    from ...metricbank import default_metrics
-    from ...metricbank._models import ModelMetric
-
     if bank not in ("cpu", "all"):
         raise UserError(f"bank must be 'cpu' or 'all', got {bank!r}")
     metrics = default_metrics(with_reference=with_reference, with_input=with_input, unavailable=unavailable)
@@ -134,8 +134,6 @@ class MetricFeatures:
         return [(str(i), a, b, tuple(r)) for i, a, b, r in zip(f["id"], f["input"], f["output"], f["references"], strict=True)]
 
     def _metric_list(self, rows: Dataset) -> list:
-        from ...metricbank import get_metric
-
         if self._metrics is not None:
             return [get_metric(m) if isinstance(m, str) else m for m in self._metrics]
         return bank_metrics(self.bank, with_reference=rows.has_references, with_input=rows.has_input,
@@ -144,8 +142,6 @@ class MetricFeatures:
     def ensure(self, rows: Dataset) -> None:
         """Score the rows not seen yet (one batch)."""
         import time
-
-        from ..fit import score_metrics
 
         keys = self._keys(rows)
         todo_pos, seen = [], set()

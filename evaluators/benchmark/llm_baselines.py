@@ -11,6 +11,8 @@ import re
 import numpy as np
 
 from ..data import Dataset
+from ..judges.metric import JudgeSpec, LLMJudgeMetric
+from ..llm.client import LLMCache, LLMClient, LLMConfig, Usage
 from .interface import GENERIC_RUBRIC, USAGE_KEYS, Baseline, row_inputs
 
 log = logging.getLogger("autometrics")
@@ -22,8 +24,6 @@ log = logging.getLogger("autometrics")
 def _llm_client(llm, *, cache=None, concurrency=None, timeout=None, max_retries=None):
     """An :class:`.llm.LLMClient` with its own Usage (per-method accounting).  ``cache``: a path,
     an LLMCache, ``"off"``/False, or None for the default cache."""
-    from ..llm.client import LLMCache, LLMClient, LLMConfig, Usage
-
     cfg = llm if isinstance(llm, LLMConfig) else LLMConfig.parse(
         llm, concurrency=concurrency, timeout=timeout, max_retries=max_retries)
     if cache in ("off", False):
@@ -51,8 +51,6 @@ class _LLMBaseline(Baseline):
         return _usage_total(self.client.usage)
 
     def _judge(self, spec, feature: str | None = None):
-        from ..judges.metric import LLMJudgeMetric
-
         j = LLMJudgeMetric.from_spec(spec, self.client.config, feature=feature, mode=self.judge_mode)
         j.client = self.client  # our cache and accounting, never a globally bound client
         return j
@@ -77,8 +75,6 @@ class LLMJudgeBaseline(_LLMBaseline):
         return f"LLM-as-a-judge ({self.client.config.model})"
 
     def fit(self, train, y, *, context=None):
-        from ..judges.metric import JudgeSpec
-
         self._check_fit_args(train, y)
         task = self.task or (context.task if context else None)
         criterion = self.criterion or (context.criterion if context else None)
@@ -200,8 +196,6 @@ class DnAEvalBaseline(_LLMBaseline):
                 {"role": "user", "content": user}]
 
     def fit(self, train, y, *, context=None):
-        from ..judges.metric import JudgeSpec
-
         self._check_fit_args(train, y)
         task = self.task or (context.task if context else None)
         criterion = self.criterion or (context.criterion if context else None)

@@ -40,7 +40,10 @@ import pandas as pd
 
 from ...collectors.store import TraceStore
 from ...collectors.store.locks import RefitLock
+from ..evaluator import Evaluator
+from ..report import render_markdown
 from ..validity import data_label
+from . import online
 from .drift import (
     DriftThresholds,
     drift_windows,
@@ -49,6 +52,7 @@ from .drift import (
     validity_decay,
     validity_message,
 )
+from .refit import compare, decide, fit_for_refit, holdout_predictions, newest_holdout
 
 __all__ = ["MonitorConfig", "Monitor", "RefitOutcome"]
 
@@ -135,8 +139,6 @@ class Monitor:
         return self.store.champion(self.cfg.project, self.cfg.target)
 
     def champion_evaluator(self):
-        from ..evaluator import Evaluator
-
         ch = self.champion()
         return (ch, Evaluator(ch["artifact"])) if ch else (None, None)
 
@@ -150,9 +152,6 @@ class Monitor:
     def compare_versions(self, a: int, b: int, *, holdout: float = 0.3, n_boot: int = 1000):
         """Versions ``a`` (as champion) and ``b`` (as challenger) on the newest held-out feedback
         now in the store: a :class:`~autometrics.evaluators.continuous.refit.Comparison`."""
-        from ..evaluator import Evaluator
-        from .refit import compare, holdout_predictions, newest_holdout
-
         va, vb = self.version(a), self.version(b)
         frame = self.labelled_frame()
         _, hold_pos = newest_holdout(frame, holdout)
@@ -236,15 +235,6 @@ class Monitor:
             lock.release()
 
     def _refit_locked(self, force: bool, min_new: int) -> RefitOutcome:
-        from ..report import render_markdown
-        from .refit import (
-            compare,
-            decide,
-            fit_for_refit,
-            holdout_predictions,
-            newest_holdout,
-        )
-
         cfg = self.cfg
         new = self.new_feedback_count()
         if not force and new < max(1, min_new):
@@ -362,8 +352,6 @@ class Monitor:
         (:mod:`~autometrics.evaluators.continuous.online`, which also applies ``options``, a
         :class:`~autometrics.evaluators.continuous.online.ScoringOptions`: lease, judge sampling,
         budget, endpoint).  Returns its :class:`~autometrics.evaluators.continuous.online.ScoringResult`."""
-        from . import online
-
         champ = self.champion()
         if champ is None:
             return online.ScoringResult()

@@ -53,6 +53,10 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 
 from ...metricbank.errors import UserError
+from ..evaluator import Evaluator
+from ..fit import SCORE_COLUMN
+from ..llm.config import estimate_tokens
+from .refit import explain_scores
 
 __all__ = ["ScoringOptions", "ScoringResult", "score_new", "sampled_for_judges"]
 
@@ -136,8 +140,6 @@ _PREPARED_LOCK = threading.Lock()
 def _prepare(champion: dict, opts: ScoringOptions):
     """The champion's :class:`Evaluator` with its metrics built and every judge bound to a client
     for the configured endpoint; kept for the next batches (model-based metrics load once)."""
-    from ..evaluator import Evaluator
-
     key = (champion["id"], opts.judge_url, opts.judge_concurrency)
     with _PREPARED_LOCK:
         if key in _PREPARED:
@@ -251,9 +253,6 @@ def _record(tid: str, start, error: str) -> dict:
 
 def _score_batch(store, champ, ev, judges, todo, opts: ScoringOptions, res: ScoringResult):
     """Score one claimed batch: (rows to store, trace ids to keep claimed, stop the run?)."""
-    from ..fit import SCORE_COLUMN
-    from .refit import explain_scores
-
     rows: list[dict] = []
     first_seen = {t: seen for t, seen, _ in todo}
     live = []
@@ -295,8 +294,6 @@ def _run_judges(store, champ, judges, texts, ok_ids, start, opts: ScoringOptions
     most ``concurrency`` traces at once).  Replies are handed to the judges' next ``score``.
     Returns (trace ids judged, trace ids to keep claimed, stop the run?)."""
     from concurrent.futures import ThreadPoolExecutor
-
-    from ..llm.config import estimate_tokens
 
     rate = opts.judge_sample_rate
     picked = []

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from ...metricbank import default_metrics
 from ..fit import SCORE_COLUMN, Evaluator, FitResult, fit_evaluator
 from ..stats import agreement_from_boot, bootstrap_taus, paired_interval
 
@@ -100,8 +101,6 @@ def llm_pipeline_status(llm_config=None) -> tuple[bool, str]:
 def _reference_free_metrics(frame: pd.DataFrame):
     """MetricBank metrics that online traces can feed: no references (traces have none), input
     only when the frame has inputs.  Scoring later must be able to run the same metrics."""
-    from ...metricbank import default_metrics
-
     has_input = "input" in frame.columns and frame["input"].notna().any()
     return default_metrics(with_reference=False, with_input=bool(has_input))
 

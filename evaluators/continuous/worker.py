@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
+from ...collectors.files import data_dir
 from ...collectors.store import TraceStore
 from .monitor import Monitor, MonitorConfig
 from .online import ScoringOptions
@@ -223,8 +224,6 @@ def _soon(seconds: float):
 def dashboard_default(store: TraceStore) -> Path:
     """Default dashboard path: beside a SQLite database, else in the user data directory."""
     import sqlalchemy as sa
-
-    from ...collectors.files import data_dir
 
     db = sa.engine.make_url(store.url).database
     if store.dialect == "sqlite" and db and db != ":memory:":

@@ -20,6 +20,7 @@ import math
 import numpy as np
 
 from ...metricbank.errors import UserError
+from ..selection import SELECTORS, NNLSMetricSelector, make_selector
 from ..stats import kendall_tau
 
 __all__ = ["added_tau", "base_predictions", "stacked_predictions", "forward_keep", "screened_fold_fit"]
@@ -166,8 +167,6 @@ def base_predictions(X, y, groups, train_pos, *, regression: str = "nnls", top_n
     would give (grouped K-fold; NaN elsewhere); None when there is no such metric."""
     from sklearn.model_selection import GroupKFold
 
-    from ..selection import SELECTORS, make_selector
-
     X = None if X is None else np.asarray(X, dtype=float)
     if X is None or X.ndim != 2 or X.shape[1] == 0:
         return None
@@ -198,8 +197,6 @@ def screened_fold_fit(base_cols: list[int], cand_cols: list[int], positive: list
     their own τ, see :meth:`NNLSMetricSelector.fit`'s ``required``).  So a candidate's place in
     the evaluator is decided without the labels of the rows it is then judged on.  ``positive``
     is accepted for compatibility; candidates are oriented by the data (:func:`added_tau`)."""
-    from ..selection import NNLSMetricSelector, make_selector
-
     groups = np.asarray(groups).astype(str)
     name = regression if regression != "auto" else "nnls"
 

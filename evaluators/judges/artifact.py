@@ -13,8 +13,11 @@ import math
 
 import numpy as np
 
+from ..code_metric import code_metric_entry
 from ..llm.client import LLMClient
+from ..llm.local import server_prompt_stats
 from ..stats import kendall_tau
+from .metric import score_multi
 
 __all__ = ["candidate_fates", "generated_entries", "compare_multi", "scoring_counters", "prefix_cache_report", "FATE_ORDER"]
 
@@ -87,8 +90,6 @@ def other_candidates(cands, selected: set, fates: dict) -> tuple[list[dict], dic
     """The artifact's ``code_metrics`` (every written code metric: source, status, fate, whether
     it is in the returned evaluator) and ``candidate_cards`` (feature -> Metric Card of each
     non-judge candidate that can score, e.g. code and nearest-exemplar metrics)."""
-    from ..code_metric import code_metric_entry
-
     code, cards = [], {}
     for c in cands:
         f = fates.get(c.name) or {}
@@ -136,8 +137,6 @@ def generated_entries(judges, table, selected: set, fates: dict, *, X=None, y=No
 def scoring_counters(client: LLMClient) -> dict:
     """Prompt tokens sent by the scoring stages so far, and (for the embedded server) prompt
     tokens the server actually evaluated, i.e. not served from its prefix cache."""
-    from ..llm.local import server_prompt_stats
-
     usage = client.usage.to_dict()
     sent = sum(v.get("prompt_tokens", 0) for k, v in usage.items() if k.startswith("score:"))
     stats = server_prompt_stats(client.config.model)
@@ -158,8 +157,6 @@ def compare_multi(singles, judge: LLMClient, X, y, outputs, inputs, train_pos, *
     """Beyond the paper: score the single-criterion judges in one call per example (all rows)
     and compare with one call per criterion on the same data: cost, per-criterion τ on train and
     test rows, and (``refit``) the held-out τ of the same regression fed the multi-mode scores."""
-    from .metric import score_multi
-
     before = judge.usage.to_dict()
     counters = scoring_counters(judge)
     multi = score_multi([j.spec for j in singles], judge, list(outputs), list(inputs))

@@ -26,7 +26,12 @@ import math
 import time
 from dataclasses import dataclass, field
 
+from ..code_metric import estimate_code_calls
+from ..llm.client import LLMClient, estimate_tokens
+from .about_output import PROBES
+from .metric import MAX_DEMO_CHARS
 from .options import GeneratorCounts, ScreeningOptions
+from .screening import candidate_calls
 
 __all__ = ["Speed", "Budget", "Plan", "measure_speed", "plan_fit", "stage_estimates", "format_seconds"]
 
@@ -62,8 +67,6 @@ def measure_speed(client, messages: list[dict]) -> Speed | None:
     """Two uncached calls (counted in the client's usage as stage ``warmup``): ``messages`` for one
     token (mostly prompt), then a short prompt for 16 tokens (mostly completion); the two timings
     give prompt and completion speed.  None when the server does not answer."""
-    from ..llm.client import LLMClient
-
     probe = LLMClient(client.config, cache=False, usage=client.usage)
     try:
         t0 = time.perf_counter()
@@ -143,11 +146,6 @@ def stage_estimates(counts: GeneratorCounts, n_train: int, n_test: int, case_tok
     ``local`` (a llama.cpp server), ``evaluated_prompt_tokens`` counts an example's text once per
     row and screening round, as its prefix cache serves the other criteria of that row.  ``generate``
     False: the judges are given, no generation stage."""
-    from ..code_metric import estimate_code_calls
-    from .about_output import PROBES
-    from .metric import MAX_DEMO_CHARS
-    from .screening import candidate_calls
-
     c = counts
     code_calls, code_prompt, code_completion = estimate_code_calls(c.n_code, int(min(case_tokens, 200)))
     n_lab = n_train + n_test
@@ -303,8 +301,6 @@ def plan_fit(budget: Budget, speed: Speed | None, *, n_lab: int, test_size: floa
     labelled rows in all).  Held-out rows are never cut: the evaluator with judges is validated
     on the same rows as the LLM-free one, which keeps every row.  ``test_size`` None: no held-out
     split (validity is cross-fitted on the rows the judges score)."""
-    from ..llm.client import estimate_tokens
-
     secs_left, toks_left = budget.left()
     secs_ok, toks_ok = secs_left * margin, toks_left * margin
     n_test = max(1, round(n_lab * test_size)) if test_size else 0

@@ -25,6 +25,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ...metricbank.errors import UserError
+from ..llm.client import estimate_tokens
+from .about_output import MIN_PROBES, input_verdict, probe_pairs
+from .metric import prefetch_row_major, read_score
 
 __all__ = ["Candidate", "FunctionCandidate", "JudgeCandidate", "CandidateContext"]
 
@@ -119,8 +122,6 @@ class JudgeCandidate(Candidate):
         super().__init__(judge.name, f"judge:{judge.spec.kind}", metric=judge, cost_per_row=self._cost())
 
     def _cost(self) -> float:
-        from ..llm.client import estimate_tokens
-
         if not self.outputs:
             return 0.0
         step = max(1, len(self.outputs) // 5)
@@ -131,8 +132,6 @@ class JudgeCandidate(Candidate):
 
     @classmethod
     def prepare(cls, candidates, positions):
-        from .metric import prefetch_row_major
-
         by_model: dict[str, list[JudgeCandidate]] = {}
         for c in candidates:
             by_model.setdefault(c.judge.llm_config.model, []).append(c)
@@ -176,9 +175,6 @@ class JudgeCandidate(Candidate):
         """The input-swap probe (:mod:`.about_output`) on rows this judge has scored: a few extra
         judge calls, each the output of one row under the input of another.  Returns the evidence
         (``grades_input`` True: it grades the input, not the output)."""
-        from .about_output import MIN_PROBES, input_verdict, probe_pairs
-        from .metric import read_score
-
         spec = self.judge.spec
         pairs = probe_pairs(values, self.inputs, positions, scale=(spec.scale_min, spec.scale_max))
         if len(pairs) < MIN_PROBES:

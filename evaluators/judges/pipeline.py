@@ -42,9 +42,11 @@ import pandas as pd
 from ...collectors.files import json_safe
 from ...metricbank.errors import DataError
 from ..evaluator import Evaluator
-from ..induce import fit_on_features
+from ..induce import fit_on_features, fold_selector
 from ..llm.client import LLMCache, LLMClient, LLMConfig, LLMUnreachable, Usage
+from ..retrieval import score_bank
 from ..sampling import sample_groups
+from ..validity import CrossFit, choice_adjusted, fold_plan
 from . import artifact as art
 from .budget import Budget, measure_speed, plan_fit
 from .generate import generate_judges
@@ -104,8 +106,6 @@ def _bank_note(opts: LLMOptions, n_train: int) -> str:
 def _llm_free(lab, target, common, progress: bool = False, k: int = 8, dense: bool = True) -> tuple:
     """The floor: the MetricBank metrics the retrieval policy scores (every cheap one, the
     expensive ones by measured signal), fitted like ``fit`` without --llm."""
-    from ..retrieval import score_bank
-
     feats, bank, unavailable, plan = score_bank(lab, target, common["task"], test_size=common["test_size"],
                                                 seed=common["seed"], k=k, progress=progress, dense=dense)
     try:
@@ -373,9 +373,6 @@ def _pay_for_the_choice(result, lab, target, Xb, meta_b, X, meta, fold, common, 
     the same folds: its validity is re-tested with the larger of the two τ as the permutation
     statistic (both procedures rerun on every permutation), and it stays validated only if that
     choice is above chance too; ``validity.choice_p_value`` records it."""
-    from ..induce import fold_selector
-    from ..validity import CrossFit, choice_adjusted, fold_plan
-
     v = result.evaluator.artifact["validity"]
     if v.get("method") != "cross-fit" or not v.get("validated"):
         return

@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..sampling import group_prefix, stratified_groups
+from .about_output import PROBES
 from .added_value import (
     added_tau,
     base_predictions,
@@ -302,7 +303,6 @@ class Screener:
         Skipped (and said) when the budget cannot pay for the probe."""
         if not self.opts.probe_output:
             return alive
-        from .about_output import PROBES
 
         kept = []
         for c in alive:

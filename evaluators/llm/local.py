@@ -27,6 +27,7 @@ import threading
 import time
 from pathlib import Path
 
+from ...collectors.files import data_path
 from ...metricbank.errors import Unavailable, UserError
 
 __all__ = ["MODELS", "install_model", "model_path", "LocalLLMServer", "shared_server", "LocalLLMUnavailable"]
@@ -58,8 +59,6 @@ MODELS: dict[str, dict] = {
 
 def models_dir() -> Path:
     """``$AUTOMETRICS_MODELS_DIR``, else ``models/`` in the data folder (``$AUTOMETRICS_HOME``)."""
-    from ...collectors.files import data_path
-
     return data_path("models")
 
 

@@ -65,8 +65,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 def cmd_benchmark(args) -> int:
     from autometrics.collectors.files import atomic_write_files
     from autometrics.evaluators.benchmark.harness import METHODS, run_benchmark
-
     from autometrics.metricbank.errors import UserError
+
     from .checks import check_out_folder, local_inputs, metric_names
 
     methods = [m.strip() for m in (args.methods or _METHODS).split(",") if m.strip()]

@@ -25,8 +25,8 @@ import logging
 import sys
 
 from autometrics.collectors.files import project_name
-
 from autometrics.metricbank.errors import UserError
+
 from .checks import N_BOOT_MAX, at_least, count, fraction, port, positive, seed
 
 __all__ = ["add_commands", "HANDLERS"]
@@ -232,7 +232,6 @@ def _monitor(args, *, create: bool = False, **over):
     import os
 
     from autometrics.evaluators.continuous.monitor import Monitor, MonitorConfig
-
     from autometrics.metricbank.errors import UserError
 
     if args.store is not None and not args.store.strip():

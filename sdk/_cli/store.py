@@ -16,6 +16,7 @@ import json
 import sys
 
 from autometrics.metricbank.errors import UserError
+
 from .checks import count
 
 __all__ = ["add_parser", "cmd_store"]

@@ -18,10 +18,9 @@ import datetime as dt
 import re
 from pathlib import Path
 
+from autometrics.collectors.durations import parse_duration
 from autometrics.collectors.files import project_name
 from autometrics.evaluators.data import load_dataset
-
-from autometrics.collectors.durations import parse_duration
 from autometrics.metricbank.errors import DataError, UserError
 
 __all__ = ["store_url_of", "parse_since", "load_fit_data", "store_training_frame"]

@@ -101,7 +101,7 @@ def test_refit_error_is_an_outcome_not_an_exception(sqlite_url, monkeypatch):
     def boom(*a, **k):
         raise RuntimeError("metric exploded")
 
-    monkeypatch.setattr("autometrics.evaluators.continuous.refit.fit_for_refit", boom)
+    monkeypatch.setattr("autometrics.evaluators.continuous.monitor.fit_for_refit", boom)
     out = mon.refit()
     assert out.outcome == "error" and "metric exploded" in out.message
     assert mon.alerts()[0]["kind"] == "refit_error"

@@ -151,14 +151,14 @@ def test_scheduled_jobs_run_in_process(sqlite_url):
 
 _SLOW_REFIT = """
 import sys, time
-import autometrics.evaluators.continuous.refit as refit
+import autometrics.evaluators.continuous.monitor as monitor
 from autometrics.evaluators.continuous.monitor import Monitor, MonitorConfig
 
 def slow_fit(*a, **k):  # the fit of a worker that is about to be killed
     print("fitting", flush=True)
     time.sleep(120)
 
-refit.fit_for_refit = slow_fit
+monitor.fit_for_refit = slow_fit  # the name the Monitor calls
 Monitor(sys.argv[1], MonitorConfig(target="score", project="p", n_boot=50)).refit()
 """
 
