@@ -116,8 +116,11 @@ def dataset_features(name: str, targets: list[str], *, max_rows: int | None, cac
 # ------------------------------------------------------------------------------ methods
 
 METHODS = ("pls", "nnls", "nnls_nodedup", "enet", "xgboost", "single", "auto")
+#: opt-in (--methods): explainable boosting machines from interpret-core over every metric, additive
+#: shapes only (ebm) or with at most 5 pairwise terms (ebm_pairs); not installed by the package
+SHAPE_METHODS = ("ebm", "ebm_pairs")
 TITLES = {"pls": "PLS (current)", "nnls": "NNLS", "nnls_nodedup": "NNLS no dedup", "enet": "ElasticNet",
-          "xgboost": "XGBoost", "single": "best single", "auto": "auto"}
+          "xgboost": "XGBoost", "single": "best single", "auto": "auto", "ebm": "EBM additive", "ebm_pairs": "EBM + 5 pairs"}
 AUTO_CANDIDATES = ("nnls", "pls", "enet", "single")
 
 
@@ -136,6 +139,14 @@ def fit_predict(method: str, Xtr, ytr, gtr, generated, Xte, seed: int, top_n: in
 
     if method == "xgboost":
         return np.asarray(_xgb_model(seed).fit(Xtr, ytr).predict(Xte), dtype=float), {}
+    if method in SHAPE_METHODS:
+        from interpret.glassbox import ExplainableBoostingRegressor  # pip install interpret-core
+
+        ebm = ExplainableBoostingRegressor(interactions=5 if method == "ebm_pairs" else 0, random_state=seed, n_jobs=1)
+        ebm.fit(Xtr, ytr)
+        imp = np.asarray(ebm.term_importances(), dtype=float)
+        top = [ebm.term_names_[i] for i in np.argsort(-imp)[:top_n]]
+        return np.asarray(ebm.predict(Xte), dtype=float), {"top_terms": top, "n_terms": len(ebm.term_names_)}
     info = {}
     name = method
     if method == "auto":
@@ -182,7 +193,8 @@ def run_target(name: str, target: str, d: dict, seeds: int, test_size: float, to
     row = {"dataset": name, "target": target, "n": int(len(y)), "n_metrics": int(X.shape[1]), "metrics": list(names),
            "per_split": per, "seconds": {m: round(v, 2) for m, v in seconds.items()}, "choices": picks}
     row["tau"] = {m: dict(zip(("mean", "ci95"), t_interval(per[m]), strict=True)) for m in methods}
-    for a, b in (("nnls", "pls"), ("nnls", "nnls_nodedup"), ("nnls", "xgboost"), ("auto", "nnls")):
+    for a, b in (("nnls", "pls"), ("nnls", "nnls_nodedup"), ("nnls", "xgboost"), ("auto", "nnls"), ("ebm", "xgboost"),
+                 ("ebm_pairs", "xgboost"), ("ebm", "nnls")):
         if a in per and b in per:
             diffs = [x - z for x, z in zip(per[a], per[b], strict=True) if x is not None and z is not None]
             mean, half = t_interval(diffs)
@@ -220,14 +232,20 @@ def summarise(rows: list[dict], methods) -> dict:
                 out[f"{key}: better beyond noise"] = count(lambda r, k=k: r["paired"][k]["low"] > 0)
                 out[f"{key}: worse beyond noise"] = count(lambda r, k=k: r["paired"][k]["high"] < 0)
                 out[f"{key}: mean paired delta"] = float(np.mean([r["paired"][k]["mean"] for r in rows]))
+    for m in ("ebm", "ebm_pairs"):
+        if m in methods and "xgboost" in methods:
+            out[f"{m}>=xgboost"] = count(lambda r, m=m: r["tau"][m]["mean"] >= r["tau"]["xgboost"]["mean"])
+            out[f"{m}-xgboost: within 0.01"] = count(lambda r, m=m: r["paired"][f"{m}-xgboost"]["mean"] >= -0.01)
     if "auto" in methods:
         out["auto>=xgboost"] = count(lambda r: r["tau"]["auto"]["mean"] >= r["tau"].get("xgboost", {"mean": -9})["mean"])
     return out
 
 
 def to_markdown(rows: list[dict], methods, summary: dict) -> str:
-    head = ["dataset / target", "n", *(TITLES[m] for m in methods), "Δτ NNLS−PLS (95 %)", "Δτ dedup−no dedup (95 %)"]
-    out = ["| " + " | ".join(head) + " |", "|---|---:|" + "---:|" * (len(methods) + 2)]
+    keys = [k for k in ("nnls-pls", "nnls-nnls_nodedup", "nnls-xgboost", "ebm-xgboost", "ebm_pairs-xgboost", "ebm-nnls")
+            if any(k in r.get("paired", {}) for r in rows)]
+    head = ["dataset / target", "n", *(TITLES[m] for m in methods), *(f"Δτ {k} (95 %)" for k in keys)]
+    out = ["| " + " | ".join(head) + " |", "|---|---:|" + "---:|" * (len(methods) + len(keys))]
     for r in rows:
         best = max(r["tau"][m]["mean"] for m in methods)
         cells = []
@@ -235,16 +253,13 @@ def to_markdown(rows: list[dict], methods, summary: dict) -> str:
             t = r["tau"][m]
             txt = f"{t['mean']:.3f} ± {t['ci95']:.3f}"
             cells.append(f"**{txt}**" if t["mean"] >= best - 1e-12 else txt)
-        pair = []
-        for k in ("nnls-pls", "nnls-nnls_nodedup"):
+        for k in keys:
             p = r.get("paired", {}).get(k)
-            pair.append(f"{p['mean']:+.3f} [{p['low']:+.3f}, {p['high']:+.3f}]" if p else "–")
-        out.append(f"| {r['dataset']} / {r['target']} | {r['n']} | " + " | ".join(cells + pair) + " |")
+            cells.append(f"{p['mean']:+.3f} [{p['low']:+.3f}, {p['high']:+.3f}]" if p else "–")
+        out.append(f"| {r['dataset']} / {r['target']} | {r['n']} | " + " | ".join(cells) + " |")
     top = max(summary["mean_tau"].values())
     means = [f"**{v:.3f}**" if v >= top - 1e-12 else f"{v:.3f}" for v in (summary["mean_tau"][m] for m in methods)]
-    d = summary.get("nnls-pls: mean paired delta")
-    dd = summary.get("nnls-nodedup: mean paired delta")
-    out.append("| **mean over targets** | | " + " | ".join(means) + f" | {d:+.3f} | {dd:+.3f} |")
+    out.append("| **mean over targets** | | " + " | ".join(means + [""] * len(keys)) + " |")
     return "\n".join(out)
 
 
@@ -263,9 +278,9 @@ def main() -> None:
     ap.add_argument("--out", default=str(HERE / "results" / "regression_compare.json"))
     args = ap.parse_args()
     methods = [m for m in args.methods.split(",") if m]
-    unknown = [m for m in methods if m not in METHODS]
+    unknown = [m for m in methods if m not in METHODS + SHAPE_METHODS]
     if unknown:
-        raise SystemExit(f"unknown method(s) {unknown}; choose from {METHODS}")
+        raise SystemExit(f"unknown method(s) {unknown}; choose from {METHODS + SHAPE_METHODS}")
     from threadpoolctl import threadpool_limits
 
     threadpool_limits(limits=1)  # small models: one BLAS/OpenMP thread avoids oversubscribing 2 cores
