@@ -24,11 +24,11 @@ import inspect
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
+from autometrics.metricbank.errors import UserError
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
-from autometrics.metricbank.errors import UserError
 from .content import StreamText, input_messages, output_messages, provider_from_model, result_fields
 from .runtime import Runtime, get_runtime, internal_error
 from .spans import CALL_KEY, NOT_SET, ObservedCall

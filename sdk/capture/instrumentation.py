@@ -55,11 +55,11 @@ import os
 import threading
 from collections.abc import Callable
 
+from autometrics.metricbank.errors import UserError
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.trace import SpanKind
 
-from autometrics.metricbank.errors import UserError
 from . import runtime
 from .provider import CAPTURE_SCOPES
 from .settings import env_bool, log

@@ -36,10 +36,9 @@ from __future__ import annotations
 import collections
 import threading
 
+from autometrics.metricbank.errors import UserError
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
-
-from autometrics.metricbank.errors import UserError
 
 # Instrumentation scopes whose spans make a trace worth storing (see the module docstring);
 # autometrics.capture.instrumentation adds the scopes of the client instrumentations it enabled.

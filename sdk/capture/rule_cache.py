@@ -18,9 +18,10 @@ import threading
 import time
 import weakref
 
+from autometrics.metricbank.errors import UserError
+
 from ..collectors.exporter import StoreSink
 from ..collectors.feedback import FeedbackSchema, FeedbackValueError, make_schema, row_fingerprint
-from autometrics.metricbank.errors import UserError
 from . import runtime
 
 __all__ = ["declare", "known_schema", "check_id", "persist_declaration", "wait_loaded"]

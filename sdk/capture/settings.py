@@ -17,7 +17,6 @@ import os
 from dataclasses import dataclass, field
 
 from autometrics.collectors.files import project_name
-
 from autometrics.metricbank.errors import UserError
 
 # The one logger of the capture package (its name predates the split into modules).
