@@ -30,14 +30,17 @@ from ..metricbank.errors import DataError, MissingFile, UserError
 from .analysis.reward import EvaluatorReward
 from .data import load_dataset, read_table
 from .features import metric_from_artifact_spec, score_metrics
+from .shapes import pair_contribution, shape_contribution
 from .validity import artifact_validity
 
-__all__ = ["Evaluator", "ArtifactError", "check_artifact", "score_metrics", "load_evaluator", "ARTIFACT_FORMAT", "ARTIFACT_VERSION", "SCORE_COLUMN"]
+__all__ = ["Evaluator", "ArtifactError", "check_artifact", "score_metrics", "load_evaluator", "ARTIFACT_FORMAT", "ARTIFACT_VERSION", "LINEAR_ARTIFACT_VERSION",
+           "SCORE_COLUMN"]
 
 log = logging.getLogger("autometrics")
 
 ARTIFACT_FORMAT = "autometrics.evaluator"
-ARTIFACT_VERSION = 1
+ARTIFACT_VERSION = 2  # 2: a feature may carry a shape, the artifact pairwise terms (a shape model)
+LINEAR_ARTIFACT_VERSION = 1  # what a linear evaluator still writes, so earlier releases keep reading it
 SCORE_COLUMN = "autometrics_score"
 
 
@@ -90,6 +93,31 @@ def check_artifact(a, where: str = "evaluator") -> None:
         spec = f.get("metric")
         if not isinstance(spec, dict) or not isinstance(spec.get("name"), str) or not isinstance(spec.get("signature"), str):
             bad(f"features[{i}].metric", "must be an object with the metric's name and signature")
+        if "shape" in f:
+            _check_table(bad, f"features[{i}].shape", f["shape"], [f["shape"].get("cuts") if isinstance(f["shape"], dict) else None])
+    names = {f.get("feature") for f in a.get("features") or []}
+    for i, t in enumerate(a.get("pairs") or []):
+        feats = t.get("features") if isinstance(t, dict) else None
+        if not (isinstance(feats, list) and len(feats) == 2 and set(feats) <= names):
+            bad(f"pairs[{i}].features", "must name two of the evaluator's features")
+        cuts = t.get("cuts") if isinstance(t, dict) and isinstance(t.get("cuts"), list) and len(t["cuts"]) == 2 else [None, None]
+        _check_table(bad, f"pairs[{i}]", t, cuts)
+
+
+def _check_table(bad, where: str, table, cuts: list) -> None:
+    """A shape or pairwise table: sorted finite cut points per axis, and a score for the missing
+    bin, every bin between cuts and the machine's unknown bin (``len(cuts) + 3`` per axis)."""
+    if not isinstance(table, dict):
+        bad(where, "must be an object with cuts and scores")
+    for c in cuts:
+        if not (isinstance(c, list) and all(_finite(v) for v in c) and all(x < y for x, y in zip(c, c[1:], strict=False))):
+            bad(f"{where}.cuts", "must be increasing finite numbers")
+    try:
+        scores = np.asarray(table.get("scores"), dtype=float)
+    except (TypeError, ValueError):
+        bad(f"{where}.scores", "must be numbers")
+    if scores.shape != tuple(len(c) + 3 for c in cuts) or not np.isfinite(scores).all():
+        bad(f"{where}.scores", f"must be finite numbers of shape {tuple(len(c) + 3 for c in cuts)}, not {scores.shape}")
 
 
 class Evaluator:
@@ -211,15 +239,26 @@ class Evaluator:
 
     # ------------------------------------------------------------ the formula
     def contributions(self, values) -> pd.DataFrame:
-        """Per-row contribution ``w_j * z_j`` of each selected metric, from raw metric values
+        """Per-row contribution of each selected metric — ``w_j * z_j``, or ``shape_j(x_j)`` for a
+        shape model, plus one column per pairwise term — from raw metric values
         (a frame or mapping with one column per feature; missing values imputed with the
         training median).  ``predict`` is the intercept plus their row sums: the one place the
         evaluator's formula is written."""
+        def raw(name: str) -> np.ndarray:
+            col = np.asarray(values[name], dtype=object).ravel()
+            return pd.to_numeric(pd.Series(col), errors="coerce").to_numpy(dtype=float)
+
         cols = {}
         for f in self.features:
-            raw = pd.to_numeric(pd.Series(np.asarray(values[f["feature"]], dtype=object).ravel()), errors="coerce").to_numpy(dtype=float)
-            filled = np.where(np.isnan(raw), f["impute"], raw)
-            cols[f["feature"]] = f["weight"] * (filled - f["mean"]) / f["scale"]
+            x = raw(f["feature"])
+            if "shape" in f:  # a shape model: the stored lookup table (a missing value has its own bin)
+                cols[f["feature"]] = shape_contribution(f["shape"], x)
+            else:
+                filled = np.where(np.isnan(x), f["impute"], x)
+                cols[f["feature"]] = f["weight"] * (filled - f["mean"]) / f["scale"]
+        for p in self.artifact.get("pairs") or []:
+            a, b = p["features"]
+            cols[f"{a} × {b}"] = pair_contribution(p, raw(a), raw(b))
         index = values.index if isinstance(values, pd.DataFrame) else None
         return pd.DataFrame(cols, index=index)
 

@@ -26,7 +26,7 @@ from ..collectors.files import json_safe, package_version
 from ..metricbank.errors import DataError, UserError
 from .blackbox import blackbox_reference
 from .data import Dataset
-from .evaluator import ARTIFACT_FORMAT, ARTIFACT_VERSION, Evaluator
+from .evaluator import ARTIFACT_FORMAT, ARTIFACT_VERSION, LINEAR_ARTIFACT_VERSION, Evaluator
 from .selection import (
     SELECTORS,
     NNLSMetricSelector,
@@ -300,10 +300,13 @@ def fit_on_features(
                 "represents": [names[i] for i in represents.get(int(j), [])],
             }
         )
+        shapes = getattr(selector, "shapes_", None)
+        if shapes is not None:  # a shape model: the contribution is this lookup table, not weight * z
+            feats[-1]["shape"] = shapes[k]
 
     artifact = {
         "format": ARTIFACT_FORMAT,
-        "format_version": ARTIFACT_VERSION,
+        "format_version": ARTIFACT_VERSION if getattr(selector, "shapes_", None) is not None else LINEAR_ARTIFACT_VERSION,
         "package_version": package_version(),
         "created_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "target": target,
@@ -325,6 +328,8 @@ def fit_on_features(
         },
         "intercept": float(selector.intercept_),
         "features": feats,
+        **({"pairs": [{"features": [names[i] for i in t["features"]], "cuts": t["cuts"], "scores": t["scores"]}
+                      for t in selector.pairs_]} if getattr(selector, "pairs_", None) else {}),
         "statistics": {
             "train": stats_train.to_dict(),
             "test": stats_test,

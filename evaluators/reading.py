@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 
-__all__ = ["fmt_number", "fmt_p", "metric_direction"]
+__all__ = ["fmt_number", "fmt_p", "metric_direction", "shape_lines"]
 
 
 def fmt_number(v, digits: int = 3) -> str:
@@ -59,3 +59,31 @@ def metric_direction(f: dict, n_train: int | None = None) -> dict:
         why = f"on this feedback humans preferred {hi} {name}{tau}: a task-specific signal, not the card's notion of quality"
     reading = f"contradicts its card: a {hi} {name} raises the score although the card says {lo} is better; {why}"
     return {"uses": uses, "card": card, "contradicts": True, "reading": reading}
+
+
+def shape_lines(a: dict, points: int = 6) -> list[str]:
+    """One line per shape of a shape model's artifact: the metric's contribution at ``points``
+    values spread over its bins (and for a missing value), then each pairwise term's range."""
+    import numpy as np
+
+    from .shapes import shape_contribution
+
+    out = []
+    for f in a["features"]:
+        shape = f.get("shape")
+        if not shape:
+            continue
+        cuts = np.asarray(shape["cuts"], dtype=float)
+        if len(cuts):
+            xs = np.unique(cuts[np.linspace(0, len(cuts) - 1, min(points, len(cuts))).round().astype(int)])
+        else:
+            xs = np.array([f["mean"]])
+        ys = shape_contribution(shape, xs)
+        miss = float(np.asarray(shape["scores"], dtype=float)[0])
+        steps = ", ".join(f"{x:.3g} → {y:+.3f}" for x, y in zip(xs, ys, strict=True))
+        out.append(f"{f['feature']}: {steps}; missing → {miss:+.3f}")
+    for p in a.get("pairs") or []:
+        t = np.asarray(p["scores"], dtype=float)[1:-1, 1:-1]
+        out.append(f"{p['features'][0]} × {p['features'][1]}: a joint term from {t.min():+.3f} to {t.max():+.3f} "
+                   "(added to both metrics' shapes)")
+    return out

@@ -11,7 +11,7 @@ from ..metricbank import load_card
 from .analysis import robustness, scaling
 from .code_metric import code_metrics_markdown
 from .fit import FitResult
-from .reading import fmt_number, fmt_p, metric_direction
+from .reading import fmt_number, fmt_p, metric_direction, shape_lines
 from .report_candidates import candidates_markdown
 from .report_svg import svg_scatter
 from .validity import artifact_validity, split_line
@@ -27,11 +27,22 @@ def _formula(ev) -> str:
     a = ev.artifact
     parts = [f"{a['intercept']:.4g}"]
     for f in a["features"]:
+        if "shape" in f:
+            parts.append(f"+ shape({f['feature']})")
+            continue
         sign = "+" if f["weight"] >= 0 else "−"
         parts.append(f"{sign} {abs(f['weight']):.4g} · z({f['feature']})")
+    parts += [f"+ pair({p['features'][0]}, {p['features'][1]})" for p in a.get("pairs") or []]
     lo, hi = ev.label_range
     clip = f", kept within the label range [{lo:g}, {hi:g}] (order-preserving near the bounds)" if lo is not None else ""
     return f"{a['target']} ≈ " + " ".join(parts) + clip
+
+
+def _terms_line(a: dict) -> str:
+    if any("shape" in f for f in a["features"]):
+        return ("shape(m): the contribution stored for the bin m's value falls in (a missing value has its own bin); "
+                "pair(a, b): a joint term read from both values.")
+    return "z(m) = (m − train mean) / train std; missing values take the train median."
 
 
 def _regression_line(a: dict) -> str:
@@ -40,7 +51,11 @@ def _regression_line(a: dict) -> str:
     what = {"nnls": "sign-constrained non-negative least squares over near-duplicate-collapsed metrics (each weight has the sign of its metric's train τ)",
             "nnls_nodedup": "sign-constrained non-negative least squares (no near-duplicate collapsing)",
             "pls": "two-stage PLS (the AutoMetrics paper)", "enet": "elastic net (penalty by CV)",
-            "single": "the best single metric on train"}.get(name, name)
+            "single": "the best single metric on train",
+            "ebm": "one shape per metric, learned jointly by an explainable boosting machine (a metric's direction is its "
+                   "effect given the others; weight = signed spread of its contribution)",
+            "ebm_pairs": "one shape per metric plus up to 3 pairwise terms, learned jointly by an explainable boosting machine "
+                         "(weight = signed spread of a metric's contribution)"}.get(name, name)
     line = f"Selection and weights: **{name}** — {what}; top {m.get('top_n')} metrics."
     ch = m.get("regression_choice")
     if ch:
@@ -103,7 +118,7 @@ def render_markdown(result: FitResult) -> str:
                      f"{'cross-fitted' if cross else 'test'} {_stat_line(r['test'])}")
     lines += ["", "## Warnings", ""]
     lines += [f"- ⚠ {w}" for w in a["warnings"]] or ["- none"]
-    lines += ["", "## Evaluator", "", f"`{_formula(ev)}`", "", "z(m) = (m − train mean) / train std; missing values take the train median.", ""]
+    lines += ["", "## Evaluator", "", f"`{_formula(ev)}`", "", _terms_line(a), ""]
     lines += [_regression_line(a), ""]
     lines += ["| metric | weight | importance | τ train | τ test | the evaluator uses | metric card | reading | stands for (near-duplicates left out) |",
               "|---|---:|---:|---:|---:|---|---|---|---|"]
@@ -113,6 +128,9 @@ def render_markdown(result: FitResult) -> str:
             f"| `{f['feature']}` | {f['weight']:+.4f} | {100 * f['importance']:.1f}% | {fmt_number(f['tau_train'])} | {fmt_number(f['tau_test'])} | "
             f"{d['uses']} | {d['card']} | {'⚠ ' if d['contradicts'] else ''}{d['reading']} | {_stands_for(f)} |"
         )
+    if any("shape" in f for f in a["features"]):
+        lines += ["", "### Shapes (the contribution each metric adds to the score)", ""]
+        lines += [f"- {line}" for line in shape_lines(a)]
     lines += ["", f"## All candidate metrics ({st['n_candidates']}, {st['n_usable_candidates']} usable)", ""]
     lines += ["| metric | τ train | τ test | stage-1 weight | selected |", "|---|---:|---:|---:|---|"]
     cand = result.candidates.assign(_abs=result.candidates["tau_train"].abs()).sort_values("_abs", ascending=False, na_position="last")
@@ -232,7 +250,7 @@ def render_html(result: FitResult) -> str:
         out.append("<div class='ok' id='warnings'>No warnings.</div>")
 
     out.append("<h2>The evaluator</h2>")
-    out.append(f"<div class='formula'><code>{e(_formula(ev))}</code><div class='meta'>z(m) = (m − train mean) / train std; missing values take the train median.</div></div>")
+    out.append(f"<div class='formula'><code>{e(_formula(ev))}</code><div class='meta'>{e(_terms_line(a))}</div></div>")
     out.append(f"<p>{e(_regression_line(a)).replace('**', '')}</p>")
     out.append("<table id='selected'><tr><th>metric</th><th>weight</th><th>importance</th><th>τ train</th><th>τ test</th><th>the evaluator uses</th>"
                "<th>metric card</th><th>reading</th><th>stands for (near-duplicates left out)</th></tr>")
@@ -247,6 +265,10 @@ def render_html(result: FitResult) -> str:
             f"<td>{e(_stands_for(f))}</td></tr>"
         )
     out.append("</table>")
+    if any("shape" in f for f in a["features"]):
+        out.append("<h3>Shapes (the contribution each metric adds to the score)</h3><ul>")
+        out += [f"<li>{e(line)}</li>" for line in shape_lines(a)]
+        out.append("</ul>")
     out.append("<h2>Evaluator score vs human label (test points solid, train points faint)</h2>")
     out.append(svg_scatter(result))
 

@@ -361,11 +361,12 @@ class SingleMetricSelector(LinearSelector):
 
 
 #: names :func:`make_selector` and :func:`choose_regression` accept
-SELECTORS = ("nnls", "nnls_nodedup", "pls", "enet", "single")
+SELECTORS = ("nnls", "nnls_nodedup", "pls", "enet", "single", "ebm", "ebm_pairs")
 
 
 def make_selector(name: str, *, top_n: int = 5, drop_negative_generated: bool = True):
-    """A fresh selector by name: ``nnls``, ``nnls_nodedup``, ``pls``, ``enet`` or ``single``."""
+    """A fresh selector by name: ``nnls``, ``nnls_nodedup``, ``pls``, ``enet``, ``single``, or a shape
+    model (:mod:`.shapes`): ``ebm`` (additive shapes) or ``ebm_pairs`` (with up to 3 pairwise terms)."""
     if name == "nnls":
         return NNLSMetricSelector(top_n=top_n, drop_negative_generated=drop_negative_generated)
     if name == "nnls_nodedup":
@@ -378,6 +379,10 @@ def make_selector(name: str, *, top_n: int = 5, drop_negative_generated: bool = 
         return ElasticNetMetricSelector(top_n=top_n, drop_negative_generated=drop_negative_generated)
     if name == "single":
         return SingleMetricSelector(drop_negative_generated=drop_negative_generated)
+    if name in ("ebm", "ebm_pairs"):
+        from .shapes import ShapeSelector  # interpret-core loads only for a shape model
+
+        return ShapeSelector(top_n=top_n, pairs=3 if name == "ebm_pairs" else 0)
     raise UserError(f"unknown regression {name!r}; choose from {', '.join(SELECTORS)}")
 
 

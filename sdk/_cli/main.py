@@ -2,7 +2,7 @@
 
 Shapes kept stable (scripts depend on them; options may be added):
   autometrics fit DATA --target COL [--task TEXT] [--input-col] [--output-col] [--reference-col ...]
-                  [--test-size F | --folds 5 --repeats 5 --permutations 99] [--seed 0] [--top-n 5] [--regression nnls|pls|enet|single|auto] --out DIR
+                  [--test-size F | --folds 5 --repeats 5 --permutations 99] [--seed 0] [--top-n 5] [--regression nnls|pls|enet|single|ebm|ebm_pairs|auto] --out DIR
   autometrics fit sqlite:////abs/app.db|app.db|postgresql+psycopg://... --target FEEDBACK [--project P] [--since 7d|DATE] ...
                   (from the trace store: the frame the worker refits on)
   autometrics score EVALUATOR DATA --out FILE.csv
@@ -69,10 +69,11 @@ def _build_parser() -> argparse.ArgumentParser:
     f.add_argument("--max-rows", type=count(10), default=None,
                    help="fit on a seeded sample of at most N labelled rows, made of whole groups (inputs)")
     f.add_argument("--top-n", type=count(1), default=5, help="most metrics the evaluator keeps (default 5)")
-    f.add_argument("--regression", default="nnls", choices=["nnls", "pls", "enet", "single", "nnls_nodedup", "auto"],
+    f.add_argument("--regression", default="nnls", choices=["nnls", "pls", "enet", "single", "nnls_nodedup", "ebm", "ebm_pairs", "auto"],
                    help="how metrics are selected and weighted: nnls (default; sign-constrained least squares, "
                         "near-duplicates collapsed), pls (the AutoMetrics paper's two-stage PLS), enet, single "
-                        "(best metric), auto (chosen by grouped CV on the training rows only)")
+                        "(best metric), ebm / ebm_pairs (a shape per metric, learned jointly by an explainable boosting "
+                        "machine; ebm_pairs adds up to 3 pairwise terms), auto (chosen by grouped CV on the training rows only)")
     f.add_argument("--metrics", default=None, help="comma-separated MetricBank names to consider (default: all that run)")
     f.add_argument("--n-boot", type=count(0, N_BOOT_MAX), default=1000,
                    help=f"bootstrap resamples for confidence intervals (0: none; at most {N_BOOT_MAX})")
