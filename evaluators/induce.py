@@ -52,6 +52,14 @@ __all__ = ["FitResult", "fit_on_features", "fold_selector", "feature_fates", "MI
 DEFAULT_REGRESSION = "nnls"
 REGRESSIONS = (*SELECTORS, "auto")
 AUTO_CANDIDATES = ("nnls", "pls", "enet", "single")
+#: from this many training labels ``auto`` also tries the shape regression (fewer labels cannot
+#: tell a curve from noise: the issue's measurements put the gain to a black box past a few hundred)
+SHAPE_MIN_LABELS = 300
+
+
+def auto_candidates(n_labels: int) -> tuple[str, ...]:
+    """What ``auto`` chooses among on ``n_labels`` training rows."""
+    return AUTO_CANDIDATES + (("ebm",) if n_labels >= SHAPE_MIN_LABELS else ())
 
 log = logging.getLogger("autometrics")
 
@@ -108,7 +116,7 @@ def fold_selector(regression: str, top_n: int, generated, groups, required=()) -
     def fit_predict(Xa, tr, te, y):
         name = regression
         if regression == "auto":
-            name = choose_regression(Xa[tr], y[tr], groups[tr], generated, candidates=AUTO_CANDIDATES, top_n=top_n).name
+            name = choose_regression(Xa[tr], y[tr], groups[tr], generated, candidates=auto_candidates(len(tr)), top_n=top_n).name
         sel = make_selector(name, top_n=top_n)
         if isinstance(sel, NNLSMetricSelector):
             key = np.asarray(tr, dtype=np.int64).tobytes()
@@ -219,7 +227,7 @@ def fit_on_features(
     if regression == "auto":
         # chosen on the training rows only (inner grouped CV); a held-out split is never seen
         choice = choose_regression(Xa[train_pos], y[train_pos], groups_all[train_pos], generated,
-                                   candidates=AUTO_CANDIDATES, top_n=top_n)
+                                   candidates=auto_candidates(len(train_pos)), top_n=top_n)
     shipped = choice.name if choice is not None else regression
     # judges that passed screening on their added value (meta "required") always enter NNLS
     required = [j for j, c in enumerate(names) if meta[c].get("required")]

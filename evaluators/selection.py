@@ -68,7 +68,7 @@ SMALL_DATA_LABELS = 80
 #: rank of free parameters per procedure (lower = fewer): a single signed metric; one PLS
 #: component (weights fixed by the covariances, one fitted scale); top-n sign-constrained NNLS
 #: weights; top-n unconstrained elastic-net weights plus two penalties
-COMPLEXITY = {"single": 0, "pls": 1, "nnls": 2, "nnls_nodedup": 2, "enet": 3}
+COMPLEXITY = {"single": 0, "pls": 1, "nnls": 2, "nnls_nodedup": 2, "enet": 3, "ebm": 4, "ebm_pairs": 5}
 
 
 def train_taus(X, y, cols) -> np.ndarray:

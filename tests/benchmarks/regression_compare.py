@@ -123,7 +123,7 @@ EBM_ALL = ("ebm_all", "ebm_all_pairs")
 TITLES = {"pls": "PLS (current)", "nnls": "NNLS", "nnls_nodedup": "NNLS no dedup", "enet": "ElasticNet",
           "xgboost": "XGBoost", "single": "best single", "auto": "auto", "ebm": "shapes (top n)", "ebm_pairs": "shapes + 3 pairs",
           "ebm_all": "EBM all metrics", "ebm_all_pairs": "EBM all + 5 pairs"}
-AUTO_CANDIDATES = ("nnls", "pls", "enet", "single")
+AUTO_CANDIDATES = ("nnls", "pls", "enet", "single")  # + "ebm" from 300 training labels (induce.auto_candidates)
 
 
 def _xgb_model(seed: int):
@@ -154,7 +154,9 @@ def fit_predict(method: str, Xtr, ytr, gtr, generated, Xte, seed: int, top_n: in
     info = {}
     name = method
     if method == "auto":
-        choice = choose_regression(Xtr, ytr, gtr, generated, candidates=AUTO_CANDIDATES, top_n=top_n)
+        from autometrics.evaluators.induce import auto_candidates
+
+        choice = choose_regression(Xtr, ytr, gtr, generated, candidates=auto_candidates(len(ytr)), top_n=top_n)
         name = choice.name
         info = {"chosen": choice.name, "inner_tau": choice.tau, "note": choice.note}
     sel = make_selector(name, top_n=top_n).fit(Xtr, ytr, generated=generated)
@@ -308,7 +310,7 @@ def main() -> None:
     foot = (f"{args.seeds} grouped splits per target (seeds 0..{args.seeds - 1}, test {args.test_size:.0%}), at most "
             f"{args.max_rows} labelled rows per dataset (seeded sample, as baselines.py); ± is the 95 % Student-t "
             f"interval over splits; Δτ are paired per split (mean [95 % t-interval]); bold = best mean; auto = "
-            f"choose_regression over {'/'.join(AUTO_CANDIDATES)} by 5-fold grouped CV inside each train split. "
+            f"choose_regression over {'/'.join(AUTO_CANDIDATES)} (+ ebm from 300 training labels) by 5-fold grouped CV inside each train split. "
             f"Total {total:.0f} s.")
     counts = "\n".join(f"- {k}: {v:.4f}" if isinstance(v, float) else f"- {k}: {v}" for k, v in summary.items()
                        if k != "mean_tau")

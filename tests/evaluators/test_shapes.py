@@ -80,3 +80,14 @@ def test_evaluator_round_trip_and_artifact_checks(tmp_path, datasets_dir):
     assert "shape(" in md and "### Shapes" in md and "missing →" in md and "Shapes (the contribution" in page
     linear = fit_evaluator(df.iloc[:200], target="score", metrics=["BLEU", "SARI", "FKGL"], crossfit=cf, n_boot=50)
     assert linear.evaluator.artifact["format_version"] == 1  # linear evaluators stay readable by earlier releases
+
+
+def test_auto_tries_shapes_from_300_labels_and_picks_them_on_a_curve():
+    from autometrics.evaluators.induce import SHAPE_MIN_LABELS, auto_candidates
+    from autometrics.evaluators.selection import choose_regression
+
+    assert "ebm" not in auto_candidates(SHAPE_MIN_LABELS - 1) and "ebm" in auto_candidates(SHAPE_MIN_LABELS)
+    X, y = _data(400, 4)
+    groups = np.arange(400).astype(str)
+    choice = choose_regression(X, y, groups, candidates=auto_candidates(len(y)), top_n=3)
+    assert choice.name == "ebm" and choice.scores["ebm"] and "400 labels" in choice.note
