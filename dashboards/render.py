@@ -28,6 +28,7 @@ import pandas as pd
 from ..evaluators.reading import fmt_number as _f
 from ..evaluators.reading import fmt_p as _p
 from ..evaluators.reading import metric_direction
+from ..evaluators.report_svg import svg_shape
 from . import figures as fig
 
 __all__ = ["render_dashboard", "write_dashboard"]
@@ -236,9 +237,13 @@ def _contributions_table(champ: dict, scores: pd.DataFrame) -> str:
         for k, val in json.loads(c).items():
             if val is not None:
                 contrib.setdefault(k, []).append(float(val))
-    o = ["<h2>Per-metric contributions</h2><div class='meta'>score = intercept + Σ weight × z(metric), z the metric's standardised "
-         "value (not flipped by its card's direction): a positive weight means a higher value raises the score, a negative weight "
-         "that a lower value does.</div><table id='contributions'><tr><th>metric</th><th>weight</th>"
+    shaped = any("shape" in f for f in art["features"])
+    how = ("score = intercept + Σ shape(metric) (+ pairwise terms): each metric adds the value its shape gives for the bin its "
+           "value falls in; the weight is the signed spread of that contribution (positive: a higher value tends to raise the score)."
+           if shaped else
+           "score = intercept + Σ weight × z(metric), z the metric's standardised value (not flipped by its card's direction): a "
+           "positive weight means a higher value raises the score, a negative weight that a lower value does.")
+    o = [f"<h2>Per-metric contributions</h2><div class='meta'>{e(how)}</div><table id='contributions'><tr><th>metric</th><th>weight</th>"
          "<th>the evaluator uses</th><th>metric card</th><th>mean |contribution| to online scores</th><th>mean contribution</th>"
          "<th>reading</th></tr>"]
     mx = max([np.mean(np.abs(v)) for v in contrib.values()] or [1]) or 1
@@ -255,6 +260,10 @@ def _contributions_table(champ: dict, scores: pd.DataFrame) -> str:
                  f"<td class='n'>{_f(mean)}</td><td class='{'contradicts' if d['contradicts'] else 'txt'}'>"
                  f"{'⚠ ' if d['contradicts'] else ''}{e(d['reading'])}</td></tr>")
     o.append("</table>")
+    if any("shape" in f for f in art["features"]):  # a shape model: each metric's contribution curve
+        o.append("<h3>Shapes of the champion (contribution to the score over each metric's value)</h3><div id='shapes'>")
+        o += [svg_shape(f["feature"], f["shape"]) for f in art["features"] if "shape" in f]
+        o.append("</div>")
     return "".join(o)
 
 

@@ -13,7 +13,7 @@ from .code_metric import code_metrics_markdown
 from .fit import FitResult
 from .reading import fmt_number, fmt_p, metric_direction, shape_lines
 from .report_candidates import candidates_markdown
-from .report_svg import svg_scatter
+from .report_svg import svg_scatter, svg_shape
 from .validity import artifact_validity, split_line
 
 __all__ = ["render_markdown", "render_html", "write_reports", "attach_analyses"]
@@ -266,7 +266,9 @@ def render_html(result: FitResult) -> str:
         )
     out.append("</table>")
     if any("shape" in f for f in a["features"]):
-        out.append("<h3>Shapes (the contribution each metric adds to the score)</h3><ul>")
+        out.append("<h3>Shapes (the contribution each metric adds to the score)</h3><div id='shapes'>")
+        out += [svg_shape(f["feature"], f["shape"]) for f in a["features"] if "shape" in f]
+        out.append("</div><ul>")
         out += [f"<li>{e(line)}</li>" for line in shape_lines(a)]
         out.append("</ul>")
     out.append("<h2>Evaluator score vs human label (test points solid, train points faint)</h2>")

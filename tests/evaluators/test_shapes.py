@@ -78,6 +78,14 @@ def test_evaluator_round_trip_and_artifact_checks(tmp_path, datasets_dir):
 
     md, page = render_markdown(res), render_html(res)
     assert "shape(" in md and "### Shapes" in md and "missing →" in md and "Shapes (the contribution" in page
+    assert page.count('aria-label="shape of ') == len(art["features"])  # one drawn curve per metric
+    from autometrics.dashboards.render import _contributions_table
+
+    scored = res.evaluator.score(rows)
+    contrib = res.evaluator.contributions(scored)
+    frame = pd.DataFrame({"contributions": [json.dumps(r) for r in contrib.to_dict(orient="records")]})
+    table = _contributions_table({"artifact": art}, frame)
+    assert table.count('aria-label="shape of ') == len(art["features"]) and "Σ shape(metric)" in table
     linear = fit_evaluator(df.iloc[:200], target="score", metrics=["BLEU", "SARI", "FKGL"], crossfit=cf, n_boot=50)
     assert linear.evaluator.artifact["format_version"] == 1  # linear evaluators stay readable by earlier releases
 
