@@ -112,9 +112,11 @@ def test_an_unknown_format_version_is_refused(tmp_path, good_run, version, capsy
     data = tmp_path / "data.csv"
     ROWS.to_csv(data, index=False)
     code, _, err = _run(["score", bad, data, "--out", tmp_path / "s.csv", "--no-progress"], capsys)
-    assert code == 2 and "format_version" in err and "whole number from 1 to 1" in err, err
+    from autometrics.evaluators.evaluator import ARTIFACT_VERSION
+
+    assert code == 2 and "format_version" in err and f"whole number from 1 to {ARTIFACT_VERSION}" in err, err
     assert not (tmp_path / "s.csv").exists()
-    art["format_version"] = 2
+    art["format_version"] = ARTIFACT_VERSION + 1
     bad.write_text(json.dumps(art))
     code, _, err = _run(["score", bad, data, "--out", tmp_path / "s.csv", "--no-progress"], capsys)
     assert code == 2 and "upgrade autometrics-sdk" in err
