@@ -25,9 +25,11 @@ _PART = re.compile(r"(\d+(?:\.\d+)?)\s*(sec|min|s|m|h|d|w)(?![a-z])")
 DURATION_HELP = "a number with a unit: 90s, 20m, 12h, 7d, 2w, or parts such as 1h30m"
 
 
-def parse_duration(value, *, field: str = "duration") -> float:
-    """Seconds in ``value`` (see the module docstring); :class:`UserError` naming ``field`` and the
-    accepted forms for anything else, zero and infinity included."""
+def parse_duration(value, *, field: str | None = "duration") -> float:
+    """Seconds in ``value`` (see the module docstring); :class:`UserError` naming ``field`` (left
+    out when None: argparse names the flag itself) and the accepted forms for anything else, zero
+    and infinity included."""
+    what = repr(value) if field is None else f"{field} {value!r}"
     if isinstance(value, dt.timedelta):
         seconds = value.total_seconds()
     elif isinstance(value, int | float) and not isinstance(value, bool):
@@ -41,7 +43,7 @@ def parse_duration(value, *, field: str = "duration") -> float:
             seconds += float(m.group(1)) * _UNIT_SECONDS[m.group(2)]
             pos, parts = m.end(), parts + 1
         if not parts or text[pos:].strip():
-            raise UserError(f"{field} {value!r} is not a duration: write {DURATION_HELP}.")
+            raise UserError(f"{what} is not a duration: write {DURATION_HELP}.")
     if not (seconds > 0 and math.isfinite(seconds)):
-        raise UserError(f"{field} {value!r} must be longer than zero and finite: write {DURATION_HELP}.")
+        raise UserError(f"{what} must be longer than zero and finite: write {DURATION_HELP}.")
     return seconds

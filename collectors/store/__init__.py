@@ -21,7 +21,6 @@ Example::
 
 from __future__ import annotations
 
-import logging
 import os
 import threading
 import time
@@ -31,8 +30,6 @@ from pathlib import Path
 import sqlalchemy as sa
 
 from ...metricbank.errors import Unavailable
-
-log = logging.getLogger("autometrics.collectors.store")
 
 __all__ = ["TraceStore", "default_store_url", "SCHEMA_VERSION", "MIGRATIONS", "StoreError", "FEEDBACK_KINDS", "FeedbackInvalid",
            "FeedbackConflict", "FeedbackRejected"]

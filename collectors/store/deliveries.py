@@ -4,7 +4,6 @@ the outcome of each attempt.
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Sequence
 
@@ -15,9 +14,7 @@ from .schema import (
     trace_scores,
 )
 
-log = logging.getLogger("autometrics.collectors.store")
-
-__all__ = ['DeliveryTables']
+__all__ = ["DeliveryTables"]
 
 
 class DeliveryTables:

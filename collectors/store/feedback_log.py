@@ -5,7 +5,6 @@ and how several values of one (trace, name) combine when read.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Iterable, Sequence
 
 import sqlalchemy as sa
@@ -18,9 +17,7 @@ from .schema import (
     traces,
 )
 
-log = logging.getLogger("autometrics.collectors.store")
-
-__all__ = ['FeedbackTables', 'aggregate_feedback', 'frame_of']
+__all__ = ["FeedbackTables", "aggregate_feedback", "frame_of"]
 
 
 class FeedbackTables:

@@ -4,7 +4,6 @@ with a lease on the traces being scored, and LLM-judge usage per evaluator and h
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Sequence
 
@@ -19,9 +18,7 @@ from .schema import (
     traces,
 )
 
-log = logging.getLogger("autometrics.collectors.store")
-
-__all__ = ['OnlineScoreTables']
+__all__ = ["OnlineScoreTables"]
 
 
 class OnlineScoreTables:

@@ -8,7 +8,6 @@ the store is the only code that writes SQL against its tables.
 from __future__ import annotations
 
 import json
-import logging
 import time
 from collections.abc import Iterable, Sequence
 
@@ -22,9 +21,7 @@ from .schema import (
     traces,
 )
 
-log = logging.getLogger("autometrics.collectors.store")
-
-__all__ = ['TraceTables', 'clock_skewed', 'first_seen_ns', 'CLOCK_FLOOR_NS', 'CLOCK_AHEAD_NS']
+__all__ = ["TraceTables", "clock_skewed", "first_seen_ns", "CLOCK_FLOOR_NS", "CLOCK_AHEAD_NS"]
 
 
 #: a span start before this (2000-01-01) or more than CLOCK_AHEAD_NS after the store's clock is a

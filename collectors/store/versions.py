@@ -7,7 +7,6 @@ come out parsed.
 from __future__ import annotations
 
 import json
-import logging
 import time
 
 import sqlalchemy as sa
@@ -20,9 +19,7 @@ from .schema import (
     refit_runs,
 )
 
-log = logging.getLogger("autometrics.collectors.store")
-
-__all__ = ['VersionTables', 'VERSION_STATUSES']
+__all__ = ["VersionTables", "VERSION_STATUSES"]
 
 VERSION_STATUSES = ("champion", "retired", "rejected")
 

@@ -118,9 +118,9 @@ def duration(text: str) -> float:
     from autometrics.collectors.durations import parse_duration
 
     try:
-        return parse_duration(text, field="value")
+        return parse_duration(text, field=None)
     except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc).removeprefix("value ")) from None
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 # ------------------------------------------------------------------------------ paths

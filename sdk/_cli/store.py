@@ -17,19 +17,15 @@ import sys
 
 from autometrics.metricbank.errors import UserError
 
-from .checks import count
+from .checks import count, duration
 
 __all__ = ["add_parser", "cmd_store"]
 
 
 def _duration(text: str) -> str:
-    """argparse type: checked here so a bad value is one ``error:`` line before the store opens."""
-    from autometrics.collectors.durations import parse_duration
-
-    try:
-        parse_duration(text, field="--older-than")
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc).removeprefix("--older-than ")) from None
+    """argparse type: checked here (as every duration flag is) so a bad value is one ``error:`` line
+    before the store opens; the text itself goes on to ``prune``, which reports it as written."""
+    duration(text)
     return text
 
 
