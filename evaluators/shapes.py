@@ -16,10 +16,11 @@ cut points and one score per bin (index 0 for a missing value) — so scoring is
 ``searchsorted`` with numpy alone: no pickled model, no interpret-core at scoring time, and the
 same numbers the machine predicts (checked in the tests).
 
-The selector speaks the linear selectors' interface (``selected_``, ``coef_``, ``impute_``,
-``mean_``, ``scale_``, ``intercept_``), so the fit, the cross-fitted validity and the report treat
-it like them; ``coef_`` is a *signed strength* for reading (the standard deviation of the
-contribution, signed by how the contribution moves with the metric), not a multiplier.
+The selector is a :class:`~.regression.LinearSelector` (``selected_``, ``coef_``, ``impute_``,
+``mean_``, ``scale_``, ``intercept_``, ``importance_``) whose prediction is the shapes, so the fit,
+the cross-fitted validity and the report treat it like the linear ones; its ``coef_`` is a
+*signed strength* for reading (the standard deviation of the contribution, signed by how the
+contribution moves with the metric), not a multiplier.
 """
 
 from __future__ import annotations
@@ -27,10 +28,10 @@ from __future__ import annotations
 import warnings
 
 import numpy as np
-from sklearn.base import BaseEstimator, RegressorMixin
 
 from ..metricbank.errors import Unavailable, UserError
-from .regression import prepare
+from .regression import LinearSelector, prepare
+from .stats import kendall_tau
 
 __all__ = ["ShapeSelector", "shape_contribution", "pair_contribution", "SHAPE_SELECTORS"]
 
@@ -71,7 +72,7 @@ def _machine(pairs: int, max_bins: int, outer_bags: int, seed: int):
                                         outer_bags=outer_bags, random_state=seed, n_jobs=1)
 
 
-class ShapeSelector(RegressorMixin, BaseEstimator):
+class ShapeSelector(LinearSelector):
     """The shape regression (module docstring); ``fit(X, y)`` on raw metric values (NaN allowed)."""
 
     def __init__(self, *, top_n: int = 5, pairs: int = 0, max_bins: int = 64, outer_bags: int = 2, seed: int = 0,
@@ -121,21 +122,15 @@ class ShapeSelector(RegressorMixin, BaseEstimator):
     @staticmethod
     def _strength(x: np.ndarray, shape: dict) -> float:
         """Standard deviation of the metric's contribution on the training rows, signed by the
-        direction the contribution moves with the metric (Spearman-like: rank correlation)."""
+        direction the contribution moves with the metric (the sign of their Kendall tau-b)."""
         c = shape_contribution(shape, x)
-        ok = ~np.isnan(x)
         sd = float(np.std(c))
-        if ok.sum() < 3 or sd == 0:
-            return sd
-        rx = np.argsort(np.argsort(x[ok])).astype(float)
-        rc = np.argsort(np.argsort(c[ok])).astype(float)
-        r = np.corrcoef(rx, rc)[0, 1] if rx.std() > 0 and rc.std() > 0 else 0.0
-        return sd if not np.isfinite(r) or r >= 0 else -sd
+        tau = kendall_tau(c, x)[0]  # tau-b: a step shape ties many rows, which tau-b counts as ties
+        return -sd if np.isfinite(tau) and tau < 0 else sd
 
     def contributions(self, X) -> np.ndarray:
         """Per row: one column per selected metric, then one per pairwise term."""
-        if not hasattr(self, "shapes_"):
-            raise RuntimeError(f"{type(self).__name__} is not fitted; call fit(X, y) first")
+        self._check_fitted()
         X = np.asarray(X, dtype=float)
         if X.ndim != 2 or X.shape[1] != self.n_features_in_:
             raise UserError(f"X must have {self.n_features_in_} metric columns, got shape {X.shape}")
@@ -145,9 +140,3 @@ class ShapeSelector(RegressorMixin, BaseEstimator):
 
     def predict(self, X) -> np.ndarray:
         return self.contributions(X).sum(axis=1) + self.intercept_
-
-    @property
-    def importance_(self) -> np.ndarray:
-        """Share (sum 1) of each selected metric: its contribution's spread."""
-        a = np.abs(np.asarray(self.coef_, dtype=float))
-        return a / a.sum() if a.sum() > 0 else np.full(len(a), 1.0 / max(1, len(a)))

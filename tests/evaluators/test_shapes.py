@@ -24,12 +24,11 @@ def _data(n: int, seed: int):
 
 
 def test_stored_tables_score_exactly_as_the_machine():
-    from interpret.glassbox import ExplainableBoostingRegressor
+    from autometrics.evaluators.shapes import _fit, _machine
 
     X, y = _data(400, 0)
     sel = ShapeSelector(top_n=3, pairs=1, seed=0).fit(X, y)
-    machine = ExplainableBoostingRegressor(interactions=1, max_bins=64, max_interaction_bins=16, outer_bags=2,
-                                           random_state=0, n_jobs=1).fit(X[:, sel.selected_], y)
+    machine = _fit(_machine(1, sel.max_bins, sel.outer_bags, sel.seed), X[:, sel.selected_], y)  # the refit it stores
     Xt, _ = _data(300, 1)
     np.testing.assert_allclose(sel.predict(Xt), machine.predict(Xt[:, sel.selected_]), rtol=0, atol=1e-9)
     assert sorted(sel.selected_.tolist()) == [0, 1, 2] and len(sel.pairs_) == 1
