@@ -33,6 +33,7 @@ from collections.abc import Iterable
 from typing import NamedTuple
 
 from ..metricbank.errors import DataError, UserError
+from .conventions import call_fields, drop_empty
 
 __all__ = ["span_row", "rows_from_readable_spans", "rows_from_otlp", "parse_otlp_json", "messages_text", "SpanRejected",
            "OtlpRows", "MAX_FIELD_CHARS", "field_limit"]
@@ -68,9 +69,6 @@ def field_limit() -> int:
 
 _KINDS = {0: "UNSPECIFIED", 1: "INTERNAL", 2: "SERVER", 3: "CLIENT", 4: "PRODUCER", 5: "CONSUMER"}
 _STATUS = {0: "UNSET", 1: "OK", 2: "ERROR"}
-# Where other conventions put content, in order of preference (GenAI semconv first).
-_INPUT_KEYS = ("gen_ai.input.messages", "gen_ai.prompt", "langfuse.observation.input", "input.value")
-_OUTPUT_KEYS = ("gen_ai.output.messages", "gen_ai.completion", "langfuse.observation.output", "output.value")
 
 
 def messages_text(value) -> str | None:
@@ -250,11 +248,11 @@ def span_row(
     collects the fields cut to ``max_field_chars`` (see the module docstring)."""
     cut: list = [] if truncated is None else truncated
     lim = max_field_chars
-    a = _cap_attrs(attributes, lim, "attributes", cut)
+    a = _cap_attrs(drop_empty(attributes), lim, "attributes", cut)
     name = _cap(name, lim, "name", cut)
     status_message = _cap(status_message, lim, "status.message", cut)
-    inp = next((a[k] for k in _INPUT_KEYS if a.get(k) is not None), None)
-    out = next((a[k] for k in _OUTPUT_KEYS if a.get(k) is not None), None)
+    call = call_fields(a)
+    inp, out = call["input"], call["output"]
     err_type = a.get("error.type")
     err_msg = status_message or None
     for ev_name, ev_attrs in events:
@@ -277,13 +275,10 @@ def span_row(
         "status": status,
         "error_type": _text(err_type),
         "error_message": _text(err_msg),
-        "operation": _ident(a.get("gen_ai.operation.name"), "operation", strict),
-        "model": _ident(a.get("gen_ai.request.model") or a.get("gen_ai.response.model") or a.get("langfuse.observation.model.name"),
-                        "model", strict),
-        "input_tokens": _count(a.get("gen_ai.usage.input_tokens", a.get("gen_ai.usage.prompt_tokens")), "gen_ai.usage.input_tokens",
-                               strict),
-        "output_tokens": _count(a.get("gen_ai.usage.output_tokens", a.get("gen_ai.usage.completion_tokens")),
-                                "gen_ai.usage.output_tokens", strict),
+        "operation": _ident(call["operation"], "operation", strict),
+        "model": _ident(call["model"], "model", strict),
+        "input_tokens": _count(call["input_tokens"], "gen_ai.usage.input_tokens", strict),
+        "output_tokens": _count(call["output_tokens"], "gen_ai.usage.output_tokens", strict),
         "input": _text(messages_text(inp)),
         "output": _text(messages_text(out)),
         "attributes": _json(a),

@@ -446,13 +446,31 @@ class BatchWriter:
 
 
 class StoreSpanProcessor(SpanProcessor):
-    """OpenTelemetry SpanProcessor: finished, sampled spans go to a :class:`BatchWriter`."""
+    """OpenTelemetry SpanProcessor: finished, sampled spans go to a :class:`BatchWriter`.
 
-    def __init__(self, writer: BatchWriter):
+    It also remembers the ids of the last ``remember`` traces it saw start (a sampled span's
+    trace is being recorded), so feedback can tell a recorded trace from one the sampler dropped."""
+
+    def __init__(self, writer: BatchWriter, remember: int = 100_000):
         self.writer = writer
+        self.remember = remember
+        self._seen: dict[int, None] = {}  # insertion-ordered: the oldest id is dropped first
+        self._lock = threading.Lock()
 
     def on_start(self, span, parent_context=None) -> None:
-        pass
+        try:
+            ctx = span.context
+            if ctx is not None and ctx.trace_flags.sampled and ctx.trace_id not in self._seen:
+                with self._lock:
+                    self._seen[ctx.trace_id] = None
+                    if len(self._seen) > self.remember:
+                        del self._seen[next(iter(self._seen))]
+        except Exception:  # pragma: no cover - defensive: nothing raises into the app
+            pass
+
+    def saw_trace(self, trace_id: int) -> bool:
+        """Whether a sampled span of this trace started here (among the last ``remember`` traces)."""
+        return trace_id in self._seen
 
     def on_end(self, span) -> None:
         try:

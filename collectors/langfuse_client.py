@@ -656,7 +656,7 @@ class LangfuseForwarder:
     """
 
     def __init__(self, *, counters=None, errors=None, public_key: str | None = None, secret_key: str | None = None,
-                 base_url: str | None = None, timeout: float = 10.0):
+                 base_url: str | None = None, timeout: float = 10.0, orphan_grace: float = 30.0):
         from .exporter import BatchWriter, Counters
 
         self.client = LangfuseClient(counters=counters, errors=errors, public_key=public_key, secret_key=secret_key,
@@ -664,23 +664,77 @@ class LangfuseForwarder:
         self.counters = Counters()
         self.writer = BatchWriter(_OtlpForwardSink(self.client.settings), max_queue=2_000, batch_size=50, interval=1.0,
                                   counters=self.counters, errors=errors, name="collector-langfuse")
+        self.orphan_grace, self.orphan_poll, self.max_pending = orphan_grace, 1.0, 10_000
+        self._pending: list = []
+        self._pending_lock = threading.Lock()
+        self._checker: threading.Thread | None = None
+        self._closed = threading.Event()
+        self._recorded = None
 
     def forward_spans(self, request) -> None:
         self.writer.put("span", request)
 
-    def forward_feedback(self, rows: list[dict]) -> None:
-        for r in rows:
-            self.client.score(r)
+    def forward_feedback(self, rows: list[dict], recorded=None) -> None:
+        """Score ``rows`` in Langfuse.  With ``recorded`` (trace ids -> the set of them the store
+        holds), a row whose trace is not stored yet waits up to ``orphan_grace`` seconds for its
+        spans (they travel in other requests, batched by the app's exporter); a trace still absent
+        then was not recorded (the app's sampler dropped it): the row is counted as
+        ``feedback_orphaned`` and never sent as a score of a trace Langfuse does not have."""
+        if recorded is None:
+            for r in rows:
+                self.client.score(r)
+            return
+        self._recorded = recorded  # checked off the request thread: the acknowledgement never waits for it
+        self._wait([(time.monotonic() + self.orphan_grace, r) for r in rows])
+
+    def _wait(self, items: list) -> None:
+        with self._pending_lock:
+            for item in items:
+                if len(self._pending) < self.max_pending:
+                    self._pending.append(item)
+                else:  # too many waiting: not sent (a score of a missing trace is worse than none), counted
+                    self.counters.add("feedback_orphan_check_overflow")
+            if self._pending and self._checker is None:
+                self._checker = threading.Thread(target=self._check_pending, name="collector-orphans", daemon=True)
+                self._checker.start()
+
+    def _check_pending(self) -> None:
+        while not self._closed.wait(self.orphan_poll):
+            with self._pending_lock:
+                items, self._pending = self._pending, []
+                if not items:
+                    self._checker = None
+                    return
+            self._wait(self._settle(items))
+
+    def _settle(self, items: list) -> list:
+        """Send the items whose trace is stored, count those past their deadline; returns the rest."""
+        try:
+            found = self._recorded([r["trace_id"] for _, r in items])
+        except Exception as exc:  # the store is down: keep waiting (the deadline still applies)
+            found = set()
+            self.client.errors.warning("orphan-check", "collector: trace check for feedback failed: %s", type(exc).__name__)
+        now, rest = time.monotonic(), []
+        for deadline, r in items:
+            if r["trace_id"] in found:
+                self.client.score(r)
+            elif deadline <= now:
+                self.counters.add("feedback_orphaned")
+            else:
+                rest.append((deadline, r))
+        return rest
 
     def stats(self) -> dict:
         c = self.counters.snapshot()
         return {"otlp_requests_forwarded": c.get("span_written", 0), "otlp_requests_dropped": c.get("span_dropped", 0),
-                "otlp_requests_failed": c.get("span_failed", 0), **self.client.stats()}
+                "otlp_requests_failed": c.get("span_failed", 0), "feedback_orphaned": c.get("feedback_orphaned", 0),
+                "feedback_waiting_for_trace": len(self._pending), **self.client.stats()}
 
     def flush(self, timeout: float = 10.0) -> bool:
         deadline = time.monotonic() + timeout
         return self.writer.flush(timeout) and self.client.flush(max(0.1, deadline - time.monotonic()))
 
     def shutdown(self, timeout: float = 5.0) -> None:
+        self._closed.set()
         self.writer.shutdown(timeout)
         self.client.shutdown(timeout)

@@ -72,6 +72,11 @@ __all__ = ["CollectorServer", "serve", "Overloaded"]
 MAX_FEEDBACK_ITEMS = 1000
 
 
+def _origin(text: str) -> str:
+    """An origin as browsers send it, for comparison: scheme://host[:port], lower case, no slash."""
+    return text.strip().rstrip("/").lower()
+
+
 class _Handler(BufferedRequestHandler):
     server_version = "autometrics-collector"
     sys_version = ""
@@ -88,7 +93,7 @@ class _Handler(BufferedRequestHandler):
         self.send_response(code)
         self.send_header("Content-Type", ctype)
         self.send_header("Content-Length", str(len(body)))
-        for k, v in (extra or {}).items():
+        for k, v in ({**(extra or {}), **self.app.cors_headers(self.headers.get("Origin"))}).items():
             self.send_header(k, v)
         self.end_headers()
         self.wfile.write(body)
@@ -148,6 +153,22 @@ class _Handler(BufferedRequestHandler):
             code, body = self.app.health()
             return self._json(code, body)
         return self._error(404, "not found")
+
+    def do_OPTIONS(self):
+        """A browser's CORS preflight: 204 with the allowed methods and headers for a configured
+        origin, 403 otherwise (no API key is asked: a preflight carries none)."""
+        path = self.path.split("?")[0]
+        if path not in ("/v1/traces", "/v1/feedback"):
+            return self._error(404, "not found; POST /v1/traces or /v1/feedback")
+        cors = self.app.cors_headers(self.headers.get("Origin"), preflight=True)
+        if not cors:
+            return self._error(403, "this origin may not post here: start the collector with --cors-origin ORIGIN "
+                                    "(or AUTOMETRICS_COLLECTOR_CORS_ORIGINS)")
+        self.send_response(204)
+        for k, v in cors.items():
+            self.send_header(k, v)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
 
     def do_POST(self):
         path = self.path.split("?")[0]
@@ -358,8 +379,10 @@ class CollectorServer:
 
     def __init__(self, store: TraceStore | str | None = None, *, host: str = "127.0.0.1", port: int = 4318,
                  api_keys: list[str] | tuple = (), allow_no_auth: bool = False, max_body: int | None = None,
-                 max_decompressed: int | None = None, langfuse: str = "auto", limits: CollectorLimits | None = None):
+                 max_decompressed: int | None = None, langfuse: str = "auto", limits: CollectorLimits | None = None,
+                 cors_origins=()):
         keys = [k for k in (api_keys or []) if k]
+        self.cors_origins = {_origin(o) for o in (cors_origins or ())}
         if not keys and not allow_no_auth:
             raise UserError("no API key configured: pass --api-key / set AUTOMETRICS_COLLECTOR_API_KEYS, or --no-auth for local testing")
         self.api_keys = [k.encode() for k in keys]
@@ -397,8 +420,21 @@ class CollectorServer:
         if method == "POST" and path.split("?")[0] in ("/v1/traces", "/v1/feedback") and not _key_ok(self.api_keys, headers):
             self.counters.add("http_401")
             return 401, b'{"error": "missing or invalid API key (Authorization: Bearer KEY or X-API-Key)"}', {
-                "WWW-Authenticate": 'Bearer realm="autometrics"'}
+                "WWW-Authenticate": 'Bearer realm="autometrics"', **self.cors_headers(headers.get("Origin"))}
         return None
+
+    def cors_headers(self, origin: str | None, preflight: bool = False) -> dict:
+        """CORS response headers for a browser request from ``origin``: none unless the origin is
+        configured (``cors_origins``; ``*`` = any).  The origin is echoed, never ``*``, so a page
+        may send the API key in an ``Authorization`` header."""
+        if not origin or not self.cors_origins or ("*" not in self.cors_origins and _origin(origin) not in self.cors_origins):
+            return {}
+        out = {"Access-Control-Allow-Origin": origin.strip(), "Vary": "Origin"}
+        if preflight:
+            out |= {"Access-Control-Allow-Methods": "POST, OPTIONS",
+                    "Access-Control-Allow-Headers": "Authorization, X-API-Key, Content-Type, Content-Encoding",
+                    "Access-Control-Max-Age": "600"}
+        return out
 
     @property
     def url(self) -> str:
@@ -433,8 +469,8 @@ class CollectorServer:
             self.langfuse.forward_spans(request)
 
     def forward_feedback(self, rows: list[dict]) -> None:
-        if self.langfuse is not None:
-            self.langfuse.forward_feedback(rows)
+        if self.langfuse is not None:  # scores only for traces the store holds (sampled-out traces' feedback is orphaned)
+            self.langfuse.forward_feedback(rows, recorded=self.store.recorded_traces)
 
     def start(self) -> CollectorServer:
         """Serve in a background thread (tests, embedding)."""
@@ -455,13 +491,16 @@ class CollectorServer:
 
 
 def serve(store_url: str | None = None, *, host: str = "127.0.0.1", port: int = 4318, api_keys: list[str] | None = None,
-          allow_no_auth: bool = False, max_body: int | None = None, langfuse: str = "auto", **limits) -> int:
+          allow_no_auth: bool = False, max_body: int | None = None, langfuse: str = "auto", cors_origins=None, **limits) -> int:
     """Run the collector until SIGINT/SIGTERM (the ``autometrics collector serve`` command);
     ``limits``: :class:`CollectorLimits` fields (None: ``AUTOMETRICS_COLLECTOR_*`` or the default)."""
     keys = list(api_keys or [])
     keys += [k.strip() for k in os.environ.get("AUTOMETRICS_COLLECTOR_API_KEYS", "").split(",") if k.strip()]
     lim = CollectorLimits.from_env(max_body=max_body, **limits)
-    app = CollectorServer(store_url, host=host, port=port, api_keys=keys, allow_no_auth=allow_no_auth, langfuse=langfuse, limits=lim)
+    origins = list(cors_origins or [])
+    origins += [o.strip() for o in os.environ.get("AUTOMETRICS_COLLECTOR_CORS_ORIGINS", "").split(",") if o.strip()]
+    app = CollectorServer(store_url, host=host, port=port, api_keys=keys, allow_no_auth=allow_no_auth, langfuse=langfuse, limits=lim,
+                          cors_origins=origins)
     stopping = threading.Event()
 
     def _term(signum, frame):

@@ -324,6 +324,12 @@ def render_dashboard(monitor, *, title: str | None = None, sample: int = 8, seed
     if champ:
         for label, w in fig.labelled_warnings(champ):
             items.append(("warn", "evaluator", f"⚠ v{champ['version']} · <span class='fig'>{e(label)}</span>: {e(w)}"))
+    orphans = monitor.store.orphaned_feedback(cfg.target)
+    if orphans:
+        items.append(("warn", "store", f"⚠ <b>{orphans} orphaned feedback item(s)</b> named <code>{e(cfg.target)}</code>: their "
+                      "traces are not in the store (the app's sampler did not record them), so no fit uses them and no "
+                      "score is sent for them. Record every trace that may get feedback (sample_rate=1) and sample what "
+                      "is judged with <code>worker --judge-sample-rate</code>."))
     for a in alerts:
         v = by_id.get(a.get("evaluator_id"))
         about = "" if v is None else f" · v{v['version']}" + ("" if v["status"] == "champion" else f" ({e(v['status'])}, not the current evaluator)")

@@ -59,7 +59,8 @@ def _regression_line(a: dict) -> str:
     line = f"Selection and weights: **{name}** — {what}; top {m.get('top_n')} metrics."
     ch = m.get("regression_choice")
     if ch:
-        line += f" Chosen automatically on the training rows: {ch.get('note')} (inner-CV τ {fmt_number(ch.get('tau'))})."
+        cv = f" (inner-CV τ {fmt_number(ch.get('tau'))})" if ch.get("scores") else ""
+        line += f" Chosen automatically on the training rows: {ch.get('note')}{cv}."
     return line
 
 

@@ -63,6 +63,9 @@ __all__ = [
 #: |Spearman rho| at or above which two metrics count as near-duplicates (measured on the 16
 #: shared targets with tests/benchmarks/regression_compare.py; see its results JSON)
 DEDUP_THRESHOLD = 0.9
+#: nested F-test level at which a collapsed near-duplicate whose added value given the selected
+#: metrics is measured joins the evaluator anyway (0 = never)
+RESTORE_ALPHA = 0.01
 #: below this many training labels, :func:`choose_regression` prefers the simpler procedure
 SMALL_DATA_LABELS = 80
 #: rank of free parameters per procedure (lower = fewer): a single signed metric; one PLS
@@ -197,10 +200,11 @@ class NNLSMetricSelector(LinearSelector):
     """
 
     def __init__(self, *, top_n: int = 5, drop_negative_generated: bool = True,
-                 dedup_threshold: float | None = DEDUP_THRESHOLD):
+                 dedup_threshold: float | None = DEDUP_THRESHOLD, restore_alpha: float = RESTORE_ALPHA):
         self.top_n = top_n
         self.drop_negative_generated = drop_negative_generated
         self.dedup_threshold = dedup_threshold
+        self.restore_alpha = restore_alpha
 
     def fit(self, X, y, *, generated=None, prepared: PreparedMetrics | None = None, required=()) -> NNLSMetricSelector:
         """``prepared``: the label-free work on this same ``X`` done once (:class:`PreparedMetrics`),
@@ -260,12 +264,52 @@ class NNLSMetricSelector(LinearSelector):
         else:  # its tau is positive but its covariance is not: keep it with a token weight, its own sign
             selected, w = selected[:1], np.array([1e-6 * max(float(y.std()), 1e-12)])
 
+        restored: list[int] = []
+        if self.dedup_threshold is not None and self.restore_alpha:
+            selected, w, restored = self._restore(Z, yc, sign, selected, w, clusters)
         self._store(p, impute, mean, scale, usable, stage1, selected, w * sign[selected], y.mean())
+        self.restored_ = restored
         self.tau_ = tau
         self.orientation_ = sign
         self.clusters_ = clusters
-        self.represents_ = {int(j): list(clusters[j]) for j in selected}
+        self.represents_ = {int(j): [m for m in clusters.get(j, []) if m not in restored] for j in selected}
         return self
+
+    def _restore(self, Z, yc, sign, selected, w, clusters):
+        """Give back a collapsed near-duplicate whose added value is measured: each metric folded
+        into a selected representative is tried as one more column of the final least squares, and
+        the one with the smallest nested F-test p-value (its drop in residual sum of squares given
+        the selected metrics) joins when p < ``restore_alpha``; repeated until none does.  Two
+        metrics that rank the rows alike can still differ where it matters (output length and the
+        output/input length ratio), and least squares given the others measures that difference."""
+        from scipy.stats import f as f_dist
+
+        n = len(yc)
+        restored: list[int] = []
+        while True:
+            k = len(selected)
+            resid = yc - (Z[:, selected] * sign[selected]) @ w
+            sse0 = float(resid @ resid)
+            folded = [m for j in selected for m in clusters.get(j, []) if sign[m] != 0 and m not in restored]
+            if not folded or n - k - 2 < 1 or sse0 <= 0:
+                return selected, w, restored
+            best = None
+            for m in folded:
+                cols = [*selected, m]
+                wm = _nnls(Z[:, cols] * sign[cols], yc)
+                r = yc - (Z[:, cols] * sign[cols]) @ wm
+                sse1 = float(r @ r)
+                if wm[-1] <= 0 or sse1 <= 0:
+                    continue
+                pval = float(f_dist.sf((sse0 - sse1) / (sse1 / (n - k - 2)), 1, n - k - 2))
+                if best is None or pval < best[0]:
+                    best = (pval, m, cols, wm)
+            if best is None or best[0] >= self.restore_alpha:
+                return selected, w, restored
+            _, m, cols, wm = best
+            keep = wm > 0
+            selected, w = [j for j, kk in zip(cols, keep, strict=True) if kk], wm[keep]
+            restored.append(m)
 
 
 class ElasticNetMetricSelector(LinearSelector):
@@ -430,6 +474,9 @@ def choose_regression(X, y, groups, generated=None, candidates=("nnls", "pls"), 
     if unknown:
         raise UserError(f"unknown regression {unknown[0]!r}; choose from {', '.join(SELECTORS)}")
     n_labels = len(y) if n_labels is None else int(n_labels)
+    if len(candidates) == 1:  # nothing to choose between: no inner folds are fitted
+        return RegressionChoice(name=candidates[0], tau=math.nan, scores={},
+                                note=f"{n_labels} labels: {candidates[0]} is the only candidate at this size")
     k = min(n_splits, len(np.unique(groups)))
     if k < 2:
         raise UserError("choose_regression needs at least two distinct groups in the training rows")

@@ -36,6 +36,10 @@ __all__ = [
     "feedback_schema",
     "flush",
     "shutdown",
+    "in_context",
+    "ContextThreadPoolExecutor",
+    "propagate_threads",
+    "stop_propagating_threads",
 ]
 
 _OBSERVE_NAMES = frozenset(__all__[__all__.index("configure"):]) | {"stats", "training_frame"}

@@ -56,6 +56,25 @@ class FeedbackTables:
         with self.engine.connect() as conn:
             return int(conn.execute(q).scalar() or 0)
 
+    def orphaned_feedback(self, name: str | None = None) -> int:
+        """Feedback rows whose trace the store does not hold (the app's sampler did not record it, or
+        its spans have not arrived yet): kept, never used in a fit or sent as a score of a trace."""
+        q = (sa.select(sa.func.count()).select_from(feedback)
+             .where(~sa.exists().where(traces.c.trace_id == feedback.c.trace_id)))
+        if name is not None:
+            q = q.where(feedback.c.name == name)
+        with self.engine.connect() as conn:
+            return int(conn.execute(q).scalar() or 0)
+
+    def recorded_traces(self, trace_ids: Iterable[str]) -> set[str]:
+        """The ids among ``trace_ids`` that the store holds a trace of."""
+        ids = list(dict.fromkeys(trace_ids))
+        found: set[str] = set()
+        with self.engine.connect() as conn:
+            for i in range(0, len(ids), 500):
+                found.update(conn.execute(sa.select(traces.c.trace_id).where(traces.c.trace_id.in_(ids[i:i + 500]))).scalars())
+        return found
+
     def feedback_frame(self, trace_id: str | None = None, names: Sequence[str] | None = None):
         """Every feedback row (the full history, not aggregated) as a DataFrame."""
         q = sa.select(feedback).order_by(feedback.c.created_at_ns, feedback.c.id)

@@ -222,14 +222,8 @@ def _spans_of(conn, q, trace_ids: list, chunk: int = 1000) -> list:
     return out
 
 
-def _innermost_usage(sp):
-    """Token usage counted once per LLM call: a span's tokens are dropped when one of its
-    descendants carries usage too.  An observed function that returns a completion records its
-    usage, and the instrumented client call inside it records the same usage again; summing
-    every span would count that call twice.  Sibling calls still add up."""
-    has = sp["input_tokens"].notna() | sp["output_tokens"].notna()
-    if not has.any():
-        return sp
+def _covered(sp, has):
+    """Per span: whether one of its descendants has ``has`` (a boolean Series over ``sp``)."""
     import pandas as pd
 
     tids = sp["trace_id"].tolist()
@@ -238,13 +232,27 @@ def _innermost_usage(sp):
     parent_of = {k: p for k, p in zip(key.tolist(), pkey, strict=True) if p is not None}
     covered: set = set()
     frontier = {p for p, h in zip(pkey, has.tolist(), strict=True) if h and p is not None}
-    while frontier:  # every ancestor of a span with usage
+    while frontier:  # every ancestor of a span with the property
         covered |= frontier
         frontier = {parent_of[k] for k in frontier if k in parent_of} - covered
-    drop = has & key.isin(covered)
-    if drop.any():
+    return key.isin(covered)
+
+
+def _innermost_usage(sp):
+    """Token usage counted once per LLM call, and the model that was called: a span's tokens are
+    dropped when one of its descendants carries usage too, and its model when a descendant names
+    one.  An observed function that returns a completion records its usage (and the model label
+    it was given), and the instrumented client call inside it records the same usage again with
+    the model actually called; summing every span would count that call twice, and the outer
+    label would hide the model.  Sibling calls still add up."""
+    has = sp["input_tokens"].notna() | sp["output_tokens"].notna()
+    named = sp["model"].notna()
+    drop = has & _covered(sp, has) if has.any() else has
+    outer = named & _covered(sp, named) if named.any() else named
+    if drop.any() or outer.any():
         sp = sp.copy()
         sp.loc[drop, ["input_tokens", "output_tokens"]] = None
+        sp.loc[outer, "model"] = None
     return sp
 
 

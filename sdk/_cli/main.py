@@ -73,7 +73,9 @@ def _build_parser() -> argparse.ArgumentParser:
                    help="how metrics are selected and weighted: nnls (default; sign-constrained least squares, "
                         "near-duplicates collapsed), pls (the AutoMetrics paper's two-stage PLS), enet, single "
                         "(best metric), ebm / ebm_pairs (a shape per metric, learned jointly by an explainable boosting "
-                        "machine; ebm_pairs adds up to 3 pairwise terms), auto (chosen by grouped CV on the training rows only)")
+                        "machine; ebm_pairs adds up to 3 pairwise terms), auto (NNLS below 300 training labels, else the "
+                        "best of nnls/pls/enet/single/ebm by grouped CV on the training rows only; mean held-out τ "
+                        "0.342 vs 0.339 for NNLS on the 16 shared targets, but a fit takes ~8x longer)")
     f.add_argument("--metrics", default=None, help="comma-separated MetricBank names to consider (default: all that run)")
     f.add_argument("--n-boot", type=count(0, N_BOOT_MAX), default=1000,
                    help=f"bootstrap resamples for confidence intervals (0: none; at most {N_BOOT_MAX})")
@@ -158,6 +160,9 @@ def _build_parser() -> argparse.ArgumentParser:
     cs.add_argument("--api-key", action="append", default=None,
                     help="accepted API key (repeatable); also read from $AUTOMETRICS_COLLECTOR_API_KEYS (comma-separated)")
     cs.add_argument("--no-auth", action="store_true", help="accept requests without an API key (local testing only)")
+    cs.add_argument("--cors-origin", action="append", default=None, metavar="ORIGIN",
+                    help="a web page origin (e.g. https://app.example.com) allowed to POST feedback and traces from a "
+                         "browser; repeat for several, '*' for any (also $AUTOMETRICS_COLLECTOR_CORS_ORIGINS, comma-separated)")
     cs.add_argument("--max-body", type=count(1), default=None,
                     help="largest request body in bytes (default $AUTOMETRICS_COLLECTOR_MAX_BODY, else 16 MiB); the other "
                          "limits below (timeouts in seconds, sizes in bytes) are explained in docs/store-collector.md, Collector limits")
@@ -418,7 +423,7 @@ def _cmd_collector(args) -> int:
 
     limits = {k[len("limit_"):]: v for k, v in vars(args).items() if k.startswith("limit_") and v is not None}
     return serve(args.store, host=args.host, port=args.port, api_keys=args.api_key, allow_no_auth=args.no_auth,
-                 max_body=args.max_body, langfuse=args.langfuse, **limits)
+                 max_body=args.max_body, langfuse=args.langfuse, cors_origins=args.cors_origin, **limits)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -56,6 +56,8 @@ Layout (one concern per module; this package re-exports the public API):
   or read from the store in the background) and recently sent feedback ids
 * :mod:`~autometrics.capture.instrumentation`: ``instrument("openai", "litellm", "dspy")``: the LLM
   clients' own OpenTelemetry instrumentations, their GenAI client spans in the same trees
+* :mod:`~autometrics.capture.threads`: work fanned out to threads kept in its request's trace
+  (``in_context``, ``ContextThreadPoolExecutor``, ``propagate_threads``)
 * :mod:`~autometrics.capture.provider`: the private provider, or the app's own
   (``configure(tracer_provider=...)``) with autometrics' span processor added to it
 """
@@ -71,6 +73,7 @@ from .runtime import log as log
 from .settings import ObserveConfig
 from .signals import feedback, feedback_schema, training_frame
 from .spans import current_span_id, current_trace_id, set_input, set_output, update_current_span
+from .threads import ContextThreadPoolExecutor, in_context, propagate_threads, stop_propagating_threads
 
 __all__ = [
     "configure",
@@ -88,6 +91,10 @@ __all__ = [
     "stats",
     "training_frame",
     "ObserveConfig",
+    "in_context",
+    "ContextThreadPoolExecutor",
+    "propagate_threads",
+    "stop_propagating_threads",
 ]
 
 # ``log`` and ``SCOPE`` (imported above as explicit re-exports) were module-level names of the

@@ -47,6 +47,7 @@ class Runtime:
                                   spool=Spool.from_config(cfg.spool, cfg.spool_max_mb))
         self.store_processor = StoreSpanProcessor(self.writer)
         self._forwarder = None
+        self._root_sampler = None  # ours when we built the provider: what trace_recorded() asks
         if cfg.tracer_provider is not None:
             # the app's own provider makes our spans (one tree in its APM and the store): see capture/provider.py
             from .provider import StoreForwarder
@@ -62,6 +63,7 @@ class Runtime:
             if cfg.task:
                 attrs["autometrics.task"] = cfg.task
             root_sampler = ALWAYS_ON if cfg.sample_rate >= 1.0 else TraceIdRatioBased(cfg.sample_rate)
+            self._root_sampler = root_sampler
             self.provider = TracerProvider(resource=Resource.create(attrs), sampler=ParentBased(root_sampler))
             self.provider.add_span_processor(self.store_processor)
         self.langfuse = None
@@ -74,6 +76,24 @@ class Runtime:
             except Exception as exc:
                 self.errors.warning("langfuse-init", "autometrics: Langfuse export disabled: %s: %s", type(exc).__name__, exc)
         self.tracer = self.provider.get_tracer(SCOPE)
+
+    def trace_recorded(self, trace_id: str) -> bool | None:
+        """Whether this process records the trace ``trace_id`` (32 hex digits): True when a sampled
+        span of it started here or our sampler keeps every trace; False when our head sampler drops
+        it (its decision is a function of the trace id, so it is asked again); None when this process
+        cannot tell (an app's own provider and sampler, or an id that is not an OpenTelemetry one)."""
+        try:
+            tid = int(trace_id, 16)
+        except (TypeError, ValueError):
+            return None
+        if self.store_processor.saw_trace(tid):
+            return True
+        sampler = self._root_sampler
+        if sampler is None:
+            return None
+        if sampler is ALWAYS_ON:
+            return True
+        return tid & TraceIdRatioBased.TRACE_ID_LIMIT < sampler.bound
 
     def flush(self, timeout: float) -> bool:
         deadline = time.monotonic() + timeout
@@ -237,7 +257,8 @@ def stats() -> dict:
     Also ``write_errors``, ``store_reopened`` (the SQLite file was deleted or replaced under the
     writer), ``spool_errors``, ``internal_errors``, Langfuse's ``langfuse_*`` (``langfuse_spans_lost``,
     ``langfuse_span_batches_lost``, ``langfuse_scores_sent``, ``langfuse_scores_retried``,
-    ``langfuse_scores_lost``, ...: see ``autometrics.collectors.langfuse_client``), and the gauges ``queue_size``
+    ``langfuse_scores_lost``, ...: see ``autometrics.collectors.langfuse_client``), ``feedback_orphaned``
+    (feedback for a trace the head sampler did not record: stored, never sent to Langfuse), and the gauges ``queue_size``
     and ``spool_pending`` (items waiting in the spool for this backend)."""
     rt = _runtime
     if rt is None:

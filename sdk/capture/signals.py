@@ -71,7 +71,13 @@ def feedback(trace_id: str | None, name: str, value, comment: str | None = None,
                     rt.counters.add("feedback_truncated")
                     rt.errors.warning(f"feedback-truncated-{name}", "autometrics: feedback %r: comment cut to %d characters "
                                       "(marked at its end)", name, len(row["comment"]))
-                if rt.langfuse is not None:
+                if rt.trace_recorded(tid) is False:  # the sampler dropped the trace: no score for a trace Langfuse lacks
+                    rt.counters.add("feedback_orphaned")
+                    rt.errors.warning("feedback-orphaned", "autometrics: feedback %r is for trace %s, which the sampler "
+                                      "did not record (sample_rate %s): kept in the store as orphaned, not sent to "
+                                      "Langfuse. Record every trace that may get feedback (sample_rate=1) and sample "
+                                      "what is judged instead (worker --judge-sample-rate)", name, tid, rt.cfg.sample_rate)
+                elif rt.langfuse is not None:
                     rt.langfuse.score(row)
         except Exception as exc:
             internal_error(rt, "feedback", exc)

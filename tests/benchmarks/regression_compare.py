@@ -119,8 +119,10 @@ METHODS = ("pls", "nnls", "nnls_nodedup", "enet", "xgboost", "single", "auto")
 #: opt-in (--methods): the shape regressions (ebm: top-n additive shapes; ebm_pairs: with up to 3
 #: pairwise terms), and interpret-core's machine over every metric (ebm_all, ebm_all_pairs: 5 pairs)
 SHAPE_METHODS = ("ebm", "ebm_pairs")
+#: NNLS without giving back collapsed near-duplicates whose added value is measured
+EXTRA_METHODS = ("nnls_norestore",)
 EBM_ALL = ("ebm_all", "ebm_all_pairs")
-TITLES = {"pls": "PLS (current)", "nnls": "NNLS", "nnls_nodedup": "NNLS no dedup", "enet": "ElasticNet",
+TITLES = {"pls": "PLS (current)", "nnls": "NNLS", "nnls_nodedup": "NNLS no dedup", "nnls_norestore": "NNLS, no restoring", "enet": "ElasticNet",
           "xgboost": "XGBoost", "single": "best single", "auto": "auto", "ebm": "shapes (top n)", "ebm_pairs": "shapes + 3 pairs",
           "ebm_all": "EBM all metrics", "ebm_all_pairs": "EBM all + 5 pairs"}
 AUTO_CANDIDATES = ("nnls", "pls", "enet", "single")  # + "ebm" from 300 training labels (induce.auto_candidates)
@@ -141,6 +143,12 @@ def fit_predict(method: str, Xtr, ytr, gtr, generated, Xte, seed: int, top_n: in
 
     if method == "xgboost":
         return np.asarray(_xgb_model(seed).fit(Xtr, ytr).predict(Xte), dtype=float), {}
+    if method == "nnls_norestore":  # NNLS whose collapsed near-duplicates never come back (the earlier rule)
+        from autometrics.evaluators.selection import NNLSMetricSelector
+
+        sel = NNLSMetricSelector(top_n=top_n, restore_alpha=0).fit(Xtr, ytr, generated=generated)
+        return sel.predict(Xte), {"selected": [int(j) for j in sel.selected_],
+                                  "represents": {str(k): v for k, v in sel.represents_.items() if v}}
     if method in SHAPE_METHODS:  # the package's shape selectors (top-n shapes, as an evaluator keeps them)
         from autometrics.evaluators.selection import make_selector
 
@@ -200,7 +208,8 @@ def run_target(name: str, target: str, d: dict, seeds: int, test_size: float, to
            "per_split": per, "seconds": {m: round(v, 2) for m, v in seconds.items()}, "choices": picks}
     row["tau"] = {m: dict(zip(("mean", "ci95"), t_interval(per[m]), strict=True)) for m in methods}
     for a, b in (("nnls", "pls"), ("nnls", "nnls_nodedup"), ("nnls", "xgboost"), ("auto", "nnls"), ("ebm", "xgboost"),
-                 ("ebm_pairs", "xgboost"), ("ebm", "nnls")):
+                 ("ebm_pairs", "xgboost"), ("ebm", "nnls"), ("auto", "xgboost"), ("nnls", "nnls_norestore"),
+                 ("auto", "nnls_norestore")):
         if a in per and b in per:
             diffs = [x - z for x, z in zip(per[a], per[b], strict=True) if x is not None and z is not None]
             mean, half = t_interval(diffs)
@@ -244,6 +253,15 @@ def summarise(rows: list[dict], methods) -> dict:
             out[f"{m}-xgboost: within 0.01"] = count(lambda r, m=m: r["paired"][f"{m}-xgboost"]["mean"] >= -0.01)
     if "auto" in methods:
         out["auto>=xgboost"] = count(lambda r: r["tau"]["auto"]["mean"] >= r["tau"].get("xgboost", {"mean": -9})["mean"])
+        if "xgboost" in methods:
+            big = [r for r in rows if r["n"] * (1 - 0.3) >= 300]
+            out["auto-xgboost within 0.01 (>= 300 train labels)"] = (
+                f"{sum(r['paired']['auto-xgboost']['mean'] >= -0.01 for r in big)} of {len(big)}")
+    for k in ("nnls-nnls_norestore", "auto-nnls_norestore"):
+        if rows and k in rows[0].get("paired", {}):
+            out[f"{k}: better beyond noise"] = count(lambda r, k=k: r["paired"][k]["low"] > 0)
+            out[f"{k}: worse beyond noise"] = count(lambda r, k=k: r["paired"][k]["high"] < 0)
+            out[f"{k}: mean paired delta"] = float(np.mean([r["paired"][k]["mean"] for r in rows]))
     return out
 
 
@@ -284,9 +302,9 @@ def main() -> None:
     ap.add_argument("--out", default=str(HERE / "results" / "regression_compare.json"))
     args = ap.parse_args()
     methods = [m for m in args.methods.split(",") if m]
-    unknown = [m for m in methods if m not in METHODS + SHAPE_METHODS + EBM_ALL]
+    unknown = [m for m in methods if m not in METHODS + SHAPE_METHODS + EBM_ALL + EXTRA_METHODS]
     if unknown:
-        raise SystemExit(f"unknown method(s) {unknown}; choose from {METHODS + SHAPE_METHODS + EBM_ALL}")
+        raise SystemExit(f"unknown method(s) {unknown}; choose from {METHODS + SHAPE_METHODS + EBM_ALL + EXTRA_METHODS}")
     from threadpoolctl import threadpool_limits
 
     threadpool_limits(limits=1)  # small models: one BLAS/OpenMP thread avoids oversubscribing 2 cores

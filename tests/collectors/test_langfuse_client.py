@@ -128,8 +128,12 @@ def test_collector_feedback_scores_follow_the_same_rule(langfuse_server, tmp_pat
     srv = CollectorServer(f"sqlite:///{tmp_path / 'c.db'}", port=0, api_keys=["k"], langfuse="on").start()
     try:
         assert isinstance(srv.langfuse.client, LangfuseClient)
+        from otlp_client import otlp_request
+
+        hdr = {"Authorization": "Bearer k", "Content-Type": "application/x-protobuf"}
+        assert _post(srv.url, "/v1/traces", otlp_request(2).SerializeToString(), hdr)[0] == 200
         langfuse_server.fail_with(503)
-        body = json.dumps({"trace_id": uuid.uuid4().hex, "name": "thumbs", "value": True}).encode()
+        body = json.dumps({"trace_id": "01" * 8 + "00" * 8, "name": "thumbs", "value": True}).encode()
         assert _post(srv.url, "/v1/feedback", body, {"Authorization": "Bearer k"})[0] == 200
 
         def health():

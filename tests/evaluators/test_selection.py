@@ -77,6 +77,33 @@ def test_near_duplicates_are_collapsed_and_recorded():
     assert all(v == [] for v in off.represents_.values())
 
 
+def test_a_near_duplicate_with_measured_added_value_comes_back():
+    """Output length and the output/input length ratio rank rows almost alike (|rho| > 0.9) but
+    the labels depend on both: the collapsed one is given back by the nested F-test, and a
+    near-copy that adds nothing stays collapsed."""
+    rng = np.random.default_rng(3)
+    n = 600
+    length = rng.lognormal(4.0, 0.6, n)
+    source = rng.lognormal(5.0, 0.15, n)
+    ratio = length / source
+    copy = length * 1.5 + rng.normal(0, 0.5, n)  # the same signal, rescaled
+
+    def z(v):
+        return (v - v.mean()) / v.std()
+
+    y = z(length) + z(ratio) + rng.normal(0, 0.6, n)
+    X = np.column_stack([length, ratio, copy, rng.normal(size=n)])
+    from autometrics.evaluators.selection import abs_spearman
+
+    assert abs_spearman(X[:, :3]).min() > 0.9
+    sel = NNLSMetricSelector(top_n=1).fit(X, y)
+    assert len(sel.restored_) == 1 and set(sel.selected_.tolist()) >= {0, 1}  # length and ratio both in
+    assert 2 not in sel.selected_  # the rescaled copy adds nothing given the others
+    assert all(r not in sel.represents_[j] for j in sel.selected_ for r in sel.restored_)
+    plain = NNLSMetricSelector(top_n=1, restore_alpha=0).fit(X, y)
+    assert len(plain.selected_) == 1 and plain.restored_ == []
+
+
 def test_leader_clusters_groups_by_threshold():
     rho = np.array([[1.0, 0.95, 0.2], [0.95, 1.0, 0.3], [0.2, 0.3, 1.0]])
     assert S.leader_clusters([4, 7, 9], rho, 0.9) == {4: [7], 9: []}

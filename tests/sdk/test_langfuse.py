@@ -115,3 +115,73 @@ def test_collector_forwards_otlp_and_feedback_to_langfuse(langfuse_server, tmp_p
         assert langfuse_server.secret_key not in json.dumps(h)
     finally:
         srv.stop()
+
+
+def test_head_sampling_keeps_orphaned_feedback_out_of_langfuse(capture, langfuse_server, sqlite_url):
+    """Sampling at 0.3 with feedback on every trace: the feedback of traces the sampler dropped is
+    stored and counted as orphaned, and Langfuse gets scores only for traces it got spans of."""
+    from autometrics.collectors.store import TraceStore
+
+    capture.configure(store_url=sqlite_url, project="lf", langfuse="auto", sample_rate=0.3)
+
+    @capture.observe(model="gpt-4o-mini", operation="chat")
+    def llm(q):
+        return "answer:" + q
+
+    @capture.observe
+    def handle(q):
+        return llm(q), capture.current_trace_id()
+
+    tids = [handle(f"question {i}")[1] for i in range(80)]
+    for tid in tids:
+        assert capture.feedback(tid, "thumbs", True) is not None  # stored either way
+    assert capture.flush(15)
+    store = TraceStore(sqlite_url)
+    recorded = set(store.spans_frame()["trace_id"])
+    assert 0 < len(recorded) < 80, len(recorded)
+    assert _wait(lambda: len(langfuse_server.scores) >= len(recorded)), (langfuse_server.errors, capture.stats())
+    assert capture.flush(5)
+    scored = {s["traceId"] for s in langfuse_server.scores}
+    assert scored == recorded  # no score of a trace Langfuse has no span of
+    assert {s["trace_id"] for s in langfuse_server.spans} == recorded
+    orphans = 80 - len(recorded)
+    assert capture.stats()["feedback_orphaned"] == orphans
+    assert len(store.feedback_frame()) == 80  # nothing collected is lost
+    assert store.orphaned_feedback() == orphans == store.orphaned_feedback("thumbs")
+    assert not langfuse_server.errors, langfuse_server.errors
+
+
+def test_collector_scores_feedback_only_for_stored_traces(langfuse_server, tmp_path):
+    """Over HTTP: feedback whose trace arrives a moment later is sent once the spans are stored;
+    feedback for a trace that never arrives (sampled out by the app) is stored, counted as
+    orphaned in /health and never sent to Langfuse."""
+    from autometrics.collectors.server import CollectorServer
+    from autometrics.collectors.store import TraceStore
+    from otlp_client import otlp_request as _otlp_request
+    from otlp_client import post as _post
+
+    srv = CollectorServer(f"sqlite:///{tmp_path / 'c.db'}", port=0, api_keys=["k"], langfuse="auto").start()
+    try:
+        srv.langfuse.orphan_grace = 1.5
+        hdr = {"Authorization": "Bearer k"}
+        late, missing = "01" * 8 + "00" * 8, "ab" * 16
+        for tid in (late, missing):  # feedback first, as a fast thumbs-up can be
+            body = json.dumps({"trace_id": tid, "name": "thumbs", "value": True}).encode()
+            assert _post(srv.url, "/v1/feedback", body, hdr)[0] == 200
+        code, _, _ = _post(srv.url, "/v1/traces", _otlp_request(3).SerializeToString(), {**hdr, "Content-Type": "application/x-protobuf"})
+        assert code == 200
+
+        def health():
+            c = http.client.HTTPConnection(*srv.httpd.server_address[:2], timeout=5)
+            c.request("GET", "/health")
+            return json.loads(c.getresponse().read())
+
+        assert _wait(lambda: health()["langfuse"]["feedback_orphaned"] == 1, 10), health()
+        assert srv.langfuse.flush(10)
+        assert [s["traceId"] for s in langfuse_server.scores] == [late]
+        assert health()["langfuse"]["feedback_waiting_for_trace"] == 0
+        store = TraceStore(f"sqlite:///{tmp_path / 'c.db'}")
+        assert len(store.feedback_frame()) == 2 and store.orphaned_feedback() == 1
+        assert not langfuse_server.errors
+    finally:
+        srv.stop()

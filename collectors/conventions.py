@@ -1,0 +1,123 @@
+"""The LLM-call fields a fit needs, read from whichever OpenTelemetry convention made the span.
+
+Three conventions describe an LLM call, and a store fed by several instrumentations must read
+them alike (the same call gives the same training row whoever recorded it):
+
+- the OpenTelemetry GenAI semantic conventions (ours, the official instrumentations, OpenLLMetry
+  since its semconv release): ``gen_ai.input.messages`` / ``gen_ai.output.messages`` (JSON),
+  ``gen_ai.request.model``, ``gen_ai.usage.input_tokens`` / ``output_tokens``;
+- OpenInference (Arize Phoenix's instrumentations): flattened ``llm.input_messages.N.message.*``
+  and ``llm.output_messages.N.message.*``, ``llm.model_name`` (and the request's model inside
+  ``llm.invocation_parameters``), ``llm.token_count.prompt`` / ``completion``; its
+  ``input.value`` / ``output.value`` hold the raw request and response JSON of an LLM span, so
+  they are read only when no message is there;
+- OpenLLMetry before that release: flattened ``gen_ai.prompt.N.*`` / ``gen_ai.completion.N.*``,
+  ``gen_ai.usage.prompt_tokens`` / ``completion_tokens``, ``llm.request.type``.
+
+The attribute names of OpenInference are those its published ``openinference-semantic-
+conventions`` package defines (``SpanAttributes``, ``MessageAttributes``,
+``ToolCallAttributes``); they are written out here so reading a span needs no extra package.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+__all__ = ["call_fields", "drop_empty"]
+
+# in order of preference: one whole JSON list, then flattened messages, then other tools' text
+_INPUT_KEYS = ("gen_ai.input.messages", "gen_ai.prompt", "langfuse.observation.input")
+_OUTPUT_KEYS = ("gen_ai.output.messages", "gen_ai.completion", "langfuse.observation.output")
+_FLAT = {  # prefix -> (role key, text key, tool-call name key, tool-call arguments key) below each index
+    "llm.input_messages.": ("message.role", "message.content", "tool_call.function.name", "tool_call.function.arguments"),
+    "llm.output_messages.": ("message.role", "message.content", "tool_call.function.name", "tool_call.function.arguments"),
+    "gen_ai.prompt.": ("role", "content", "name", "arguments"),
+    "gen_ai.completion.": ("role", "content", "name", "arguments"),
+}
+_INDEX = re.compile(r"(\d+)\.(.+)")
+
+
+def flat_messages(a: dict, prefix: str) -> list[dict] | None:
+    """Messages spread over ``prefix.N.…`` attributes, as ``[{"role", "content"}]`` in index order
+    (a message whose text lies in content parts, or an answer that is a tool call, included)."""
+    role_key, text_key, tool_name_key, tool_args_key = _FLAT[prefix]
+    msgs: dict[int, dict] = {}
+    for k, v in a.items():
+        if not k.startswith(prefix):
+            continue
+        m = _INDEX.fullmatch(k[len(prefix):])
+        if m is None:
+            continue
+        msgs.setdefault(int(m.group(1)), {})[m.group(2)] = v
+    if not msgs:
+        return None
+    out = []
+    for i in sorted(msgs):
+        fields = msgs[i]
+        text = fields.get(text_key)
+        if text is None:  # content parts: …message.contents.M.message_content.text (OpenInference)
+            parts = sorted((int(mm.group(1)), v) for f, v in fields.items()
+                           if (mm := re.fullmatch(r"message\.contents\.(\d+)\.message_content\.text", f)))
+            text = "\n".join(str(v) for _, v in parts) if parts else None
+        if text is None:  # an answer that is a tool call: …tool_calls.T.<name / arguments>
+            calls = sorted({int(mm.group(1)) for f in fields if (mm := re.search(r"tool_calls\.(\d+)\.", f))})
+            if calls:
+                base = "message.tool_calls" if prefix.startswith("llm.") else "tool_calls"
+                text = "\n".join(json.dumps({"tool_call": fields.get(f"{base}.{t}.{tool_name_key}"),
+                                             "arguments": fields.get(f"{base}.{t}.{tool_args_key}")}, ensure_ascii=False)
+                                 for t in calls)
+        out.append({"role": fields.get(role_key), "content": text if text is not None else ""})
+    return out
+
+
+def _first(a: dict, keys) -> object:
+    return next((a[k] for k in keys if a.get(k) is not None), None)
+
+
+def _request_model(a: dict):
+    params = a.get("llm.invocation_parameters")
+    if isinstance(params, str) and params.strip().startswith("{"):
+        try:
+            model = json.loads(params).get("model")
+        except (ValueError, AttributeError, RecursionError):
+            model = None
+        if isinstance(model, str) and model:
+            return model
+    return None
+
+
+def call_fields(a: dict) -> dict:
+    """``input`` and ``output`` (a message list or text, for ``messages_text``), ``model`` (the
+    model the request named, else the one that answered), ``input_tokens``, ``output_tokens``,
+    ``operation``: whichever convention set them, None where none did."""
+    inp = _first(a, _INPUT_KEYS)
+    if inp is None:
+        inp = flat_messages(a, "llm.input_messages.") or flat_messages(a, "gen_ai.prompt.")
+    out = _first(a, _OUTPUT_KEYS)
+    if out is None:
+        out = flat_messages(a, "llm.output_messages.") or flat_messages(a, "gen_ai.completion.")
+    llm_span = a.get("openinference.span.kind") == "LLM"
+    if inp is None and not (llm_span and a.get("input.mime_type") == "application/json"):
+        inp = a.get("input.value")  # a chain/agent span's input as the app passed it (not a raw LLM request)
+    if out is None and not (llm_span and a.get("output.mime_type") == "application/json"):
+        out = a.get("output.value")
+    model = (a.get("gen_ai.request.model") or _request_model(a) or a.get("gen_ai.response.model") or a.get("llm.model_name")
+             or a.get("langfuse.observation.model.name"))
+    operation = a.get("gen_ai.operation.name") or a.get("llm.request.type") or ("chat" if llm_span else None)
+    return {
+        "input": inp,
+        "output": out,
+        "model": model,
+        "input_tokens": _first(a, ("gen_ai.usage.input_tokens", "gen_ai.usage.prompt_tokens", "llm.token_count.prompt")),
+        "output_tokens": _first(a, ("gen_ai.usage.output_tokens", "gen_ai.usage.completion_tokens", "llm.token_count.completion")),
+        "operation": operation,
+    }
+
+
+def drop_empty(a: dict) -> dict:
+    """The attributes without empty values (``""``, an empty list, None): instrumentations such as
+    LiteLLM's set dozens of empty ``metadata.*`` keys that say nothing."""
+    if not any(v is None or (isinstance(v, (str, list, tuple)) and len(v) == 0) for v in a.values()):
+        return a
+    return {k: v for k, v in a.items() if not (v is None or (isinstance(v, (str, list, tuple)) and len(v) == 0))}
