@@ -21,10 +21,11 @@ conventions`` package defines (``SpanAttributes``, ``MessageAttributes``,
 
 from __future__ import annotations
 
+import contextvars
 import json
 import re
 
-__all__ = ["call_fields", "drop_empty"]
+__all__ = ["call_fields", "drop_empty", "trace_fields", "trace_attributes", "TRACE_ATTRIBUTES", "stamp"]
 
 # in order of preference: one whole JSON list, then flattened messages, then other tools' text
 _INPUT_KEYS = ("gen_ai.input.messages", "gen_ai.prompt", "langfuse.observation.input")
@@ -121,3 +122,71 @@ def drop_empty(a: dict) -> dict:
     if not any(v is None or (isinstance(v, (str, list, tuple)) and len(v) == 0) for v in a.values()):
         return a
     return {k: v for k, v in a.items() if not (v is None or (isinstance(v, (str, list, tuple)) and len(v) == 0))}
+
+
+# --------------------------------------------------------------------------- sessions, users, tags
+
+# where each convention puts them, in order of preference; written by stamp() under every name a
+# destination reads: OpenInference / Phoenix (session.id, user.id, tag.tags, metadata), Langfuse
+# (langfuse.session.id, langfuse.user.id, langfuse.trace.tags, langfuse.trace.metadata.*), the
+# GenAI conventions (gen_ai.conversation.id) and OpenTelemetry's enduser.id
+_SESSION_KEYS = ("session.id", "langfuse.session.id", "gen_ai.conversation.id")
+_USER_KEYS = ("user.id", "langfuse.user.id", "enduser.id")
+_TAG_KEYS = ("tag.tags", "langfuse.trace.tags")
+_META_PREFIX = "langfuse.trace.metadata."
+
+#: what :func:`autometrics.trace_attributes` set for the spans started in this context
+TRACE_ATTRIBUTES: contextvars.ContextVar[dict | None] = contextvars.ContextVar("autometrics_trace_attributes", default=None)
+
+
+def _tags(v) -> list[str]:
+    if isinstance(v, str):
+        try:
+            v = json.loads(v) if v.strip().startswith("[") else [v]
+        except ValueError:
+            v = [v]
+    return [str(t) for t in v] if isinstance(v, (list, tuple)) else []
+
+
+def trace_fields(a: dict) -> dict:
+    """``session_id``, ``user_id``, ``tags`` (a list) and ``metadata`` (a dict) of one span's
+    attributes, whichever convention set them (None / empty where none did)."""
+    meta: dict = {}
+    raw = a.get("metadata")
+    if isinstance(raw, str) and raw.strip().startswith("{"):
+        try:
+            meta.update(json.loads(raw))
+        except ValueError:
+            pass
+    meta.update({k[len(_META_PREFIX):]: v for k, v in a.items() if k.startswith(_META_PREFIX)})
+    tags: list[str] = []
+    for k in _TAG_KEYS:
+        tags += [t for t in _tags(a.get(k)) if t not in tags]
+    return {"session_id": _first(a, _SESSION_KEYS), "user_id": _first(a, _USER_KEYS), "tags": tags, "metadata": meta}
+
+
+def trace_attributes(session_id=None, user_id=None, tags=None, metadata=None) -> dict:
+    """Span attributes carrying a session, a user, tags and metadata under every name that
+    Phoenix, Langfuse and the GenAI conventions read (values are turned into strings)."""
+    out: dict = {}
+    if session_id is not None:
+        sid = str(session_id)
+        out.update({"session.id": sid, "langfuse.session.id": sid, "gen_ai.conversation.id": sid})
+    if user_id is not None:
+        out.update({"user.id": str(user_id), "langfuse.user.id": str(user_id)})
+    if tags:
+        out.update({"tag.tags": [str(t) for t in tags], "langfuse.trace.tags": [str(t) for t in tags]})
+    if metadata:
+        out["metadata"] = json.dumps(metadata, ensure_ascii=False, default=str, sort_keys=True)
+        for k, v in metadata.items():
+            out[f"{_META_PREFIX}{k}"] = v if isinstance(v, (str, bool, int, float)) else json.dumps(v, default=str)
+    return out
+
+
+def stamp(span) -> None:
+    """Give a span that is starting the session, user, tags and metadata of its context (set by
+    ``autometrics.trace_attributes``), so every span of the request carries them, the LLM
+    client instrumentations' spans included."""
+    attrs = TRACE_ATTRIBUTES.get()
+    if attrs:
+        span.set_attributes(attrs)

@@ -33,14 +33,14 @@ from collections.abc import Iterable
 from typing import NamedTuple
 
 from ..metricbank.errors import DataError, UserError
-from .conventions import call_fields, drop_empty
+from .conventions import call_fields, drop_empty, trace_fields
 
 __all__ = ["span_row", "rows_from_readable_spans", "rows_from_otlp", "parse_otlp_json", "messages_text", "SpanRejected",
            "OtlpRows", "MAX_FIELD_CHARS", "field_limit"]
 
 INT64_MAX = 2**63 - 1
 MAX_FIELD_CHARS = 1 << 20
-_WIDTHS = {"project": 200, "scope": 200, "model": 200, "operation": 64}  # the spans table's VARCHAR columns
+_WIDTHS = {"project": 200, "scope": 200, "model": 200, "operation": 64, "session_id": 200, "user_id": 200}  # the spans table's VARCHAR columns
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
 
@@ -253,6 +253,7 @@ def span_row(
     status_message = _cap(status_message, lim, "status.message", cut)
     call = call_fields(a)
     inp, out = call["input"], call["output"]
+    who = trace_fields(a)
     err_type = a.get("error.type")
     err_msg = status_message or None
     for ev_name, ev_attrs in events:
@@ -281,6 +282,11 @@ def span_row(
         "output_tokens": _count(call["output_tokens"], "gen_ai.usage.output_tokens", strict),
         "input": _text(messages_text(inp)),
         "output": _text(messages_text(out)),
+        # never a reason to refuse a span: an overlong id is cut (the attribute JSON keeps it whole)
+        "session_id": _ident(who["session_id"], "session_id", False),
+        "user_id": _ident(who["user_id"], "user_id", False),
+        "tags": _json(who["tags"]) if who["tags"] else None,
+        "trace_metadata": _json(who["metadata"]) if who["metadata"] else None,
         "attributes": _json(a),
         "resource": resource_json if resource_json is not None else _json(resource),
     }

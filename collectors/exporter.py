@@ -25,6 +25,7 @@ import time
 
 from opentelemetry.sdk.trace import SpanProcessor
 
+from .conventions import stamp
 from .sinks import CollectorSink, StoreFileChanged, StoreSink, short_error
 from .spool import Spool
 
@@ -459,6 +460,7 @@ class StoreSpanProcessor(SpanProcessor):
 
     def on_start(self, span, parent_context=None) -> None:
         try:
+            stamp(span)
             ctx = span.context
             if ctx is not None and ctx.trace_flags.sampled and ctx.trace_id not in self._seen:
                 with self._lock:

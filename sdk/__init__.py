@@ -36,6 +36,8 @@ __all__ = [
     "feedback_schema",
     "flush",
     "shutdown",
+    "trace_attributes",
+    "update_current_trace",
     "in_context",
     "ContextThreadPoolExecutor",
     "propagate_threads",

@@ -50,6 +50,12 @@ spans = sa.Table(
     sa.Column("output", sa.Text),
     sa.Column("attributes", sa.Text),  # JSON, every span attribute (lossless)
     sa.Column("resource", sa.Text),  # JSON (added in schema v2)
+    # who and which conversation (added in schema v9): read from session.id / user.id /
+    # langfuse.session.id / gen_ai.conversation.id ..., tags as a JSON list, metadata as JSON
+    sa.Column("session_id", sa.String(200)),
+    sa.Column("user_id", sa.String(200)),
+    sa.Column("tags", sa.Text),
+    sa.Column("trace_metadata", sa.Text),
 )
 
 feedback = sa.Table(
@@ -343,6 +349,17 @@ def _migration_8(conn: sa.Connection) -> None:
             conn.execute(sa.text(f"ANALYZE {table}"))
 
 
+def _migration_9(conn: sa.Connection) -> None:
+    """v9: sessions, users, tags and metadata per span (what the training frame groups and the
+    dashboard filters by); indexed by session and by user.  Older spans keep NULL there (their
+    attribute JSON still has whatever was sent)."""
+    for col, typ in (("session_id", "VARCHAR(200)"), ("user_id", "VARCHAR(200)"), ("tags", "TEXT"), ("trace_metadata", "TEXT")):
+        conn.execute(sa.text(f"ALTER TABLE spans ADD COLUMN {col} {typ}"))
+    conn.execute(sa.text("CREATE INDEX IF NOT EXISTS ix_spans_session ON spans (session_id)"))
+    conn.execute(sa.text("CREATE INDEX IF NOT EXISTS ix_spans_user ON spans (user_id)"))
+
+
 MIGRATIONS: list[tuple[int, callable]] = [(1, _migration_1), (2, _migration_2), (3, _migration_3), (4, _migration_4),
-                                          (5, _migration_5), (6, _migration_6), (7, _migration_7), (8, _migration_8)]
+                                          (5, _migration_5), (6, _migration_6), (7, _migration_7), (8, _migration_8),
+                                          (9, _migration_9)]
 SCHEMA_VERSION = MIGRATIONS[-1][0]

@@ -127,7 +127,9 @@ class TraceTables:
         Columns ``id`` (trace id), ``input``, ``output``, ``references`` (JSON list, only when a
         ``correction`` feedback exists), one column per feedback name, then ``model``,
         ``input_tokens``, ``output_tokens``, ``latency_ms``, ``error``, ``name``, ``project``,
-        ``start_time``.  A trace's input/output come from its outermost span that captured
+        ``start_time``, ``session_id``, ``user_id``, ``tags`` (JSON list), ``metadata`` (JSON) and
+        ``conversation`` (``session:<id>`` when the trace names a session, else ``input:<text>``:
+        the unit fits keep on one side of a split).  A trace's input/output come from its outermost span that captured
         content.  Several feedback values for one (trace, name) are combined by ``aggregate``:
         ``latest`` (default), ``first``, ``mean``, ``sum``, ``max``, ``min`` or ``count``; a dict
         gives one rule per name (e.g. ``{"copied": "sum"}``, others ``latest``).  ``feedback_ns``
@@ -151,7 +153,7 @@ class TraceTables:
                 raise UserError(f"aggregate must be latest, first, mean, sum, max, min or count, not {how!r}")
         cols = [spans.c.trace_id, spans.c.span_id, spans.c.parent_span_id, spans.c.name, spans.c.project, spans.c.start_time_ns,
                 spans.c.end_time_ns, spans.c.status, spans.c.error_type, spans.c.model, spans.c.input_tokens, spans.c.output_tokens,
-                spans.c.input, spans.c.output]
+                spans.c.input, spans.c.output, spans.c.session_id, spans.c.user_id, spans.c.tags, spans.c.trace_metadata]
         q = sa.select(*cols)
         if project:
             q = q.where(spans.c.project == project)
@@ -169,7 +171,7 @@ class TraceTables:
             # no labelled trace: the empty frame has a references column when the full frame would have had one
             refs_col = sp.empty and (fb["kind"] == "correction").any() and conn.execute(q.limit(1)).first() is not None
         out_cols = ["id", "input", "output", "references", *names, "model", "input_tokens", "output_tokens", "latency_ms", "error", "name",
-                    "project", "start_time", "feedback_ns"]
+                    "project", "start_time", "session_id", "user_id", "tags", "metadata", "conversation", "feedback_ns"]
         if sp.empty:
             return pd.DataFrame(columns=[c for c in out_cols if c != "references" or refs_col])
         sp = sp.sort_values(["trace_id", "start_time_ns", "end_time_ns"], ascending=[True, True, False], kind="stable")
@@ -183,6 +185,10 @@ class TraceTables:
                 "end": g["end_time_ns"].max(),
                 "error": g["error_type"].first(),  # first non-null, in start order
                 "model": g["model"].first(),
+                "session_id": g["session_id"].first(),
+                "user_id": g["user_id"].first(),
+                "tags": g["tags"].agg(_union_tags),
+                "metadata": g["trace_metadata"].agg(_merged_metadata),
             }
         )
         content = sp[sp["input"].notna() | sp["output"].notna()].groupby("trace_id", sort=False).head(1).set_index("trace_id")
@@ -191,6 +197,8 @@ class TraceTables:
         root["input"] = content["input"].reindex(root.index)
         root["output"] = content["output"].reindex(root.index)
         frame = root.join(summary)
+        # the unit a split keeps whole: the conversation when the trace names one, else the input
+        frame["conversation"] = ("session:" + frame["session_id"]).where(frame["session_id"].notna(), "input:" + frame["input"].fillna(""))
         frame["latency_ms"] = (frame["end"] - frame["start"]) / 1e6
         frame["start_time"] = pd.to_datetime(frame["start"], unit="ns", utc=True)
         for name in names:
@@ -220,6 +228,24 @@ def _spans_of(conn, q, trace_ids: list, chunk: int = 1000) -> list:
     for i in range(0, len(ids), chunk):
         out += conn.execute(q.where(spans.c.trace_id.in_(ids[i:i + chunk]))).all()
     return out
+
+
+def _union_tags(values) -> str | None:
+    """The tags of a trace's spans, each once, in first-seen order (a JSON list), None for none."""
+    tags: list = []
+    for v in values:
+        if isinstance(v, str):
+            tags += [t for t in json.loads(v) if t not in tags]
+    return json.dumps(tags, ensure_ascii=False) if tags else None
+
+
+def _merged_metadata(values) -> str | None:
+    """The metadata of a trace's spans merged (a later span's key wins), as JSON; None for none."""
+    meta: dict = {}
+    for v in values:
+        if isinstance(v, str):
+            meta.update(json.loads(v))
+    return json.dumps(meta, ensure_ascii=False, sort_keys=True) if meta else None
 
 
 def _covered(sp, has):

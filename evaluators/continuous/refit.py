@@ -127,27 +127,30 @@ def fit_for_refit(
     """
     notes: list[str] = []
     frame = frame.reset_index(drop=True)
+    # a store frame names each trace's conversation (its session, else its input): kept whole in splits
+    group_col = "conversation" if "conversation" in frame.columns else None
     if llm_config is not None:
         ok, why = llm_pipeline_status(llm_config)
         if ok:
             try:
                 from ..judges.options import LLMOptions
 
-                data = frame[[c for c in ("id", "input", "output", target) if c in frame.columns]]
+                data = frame[[c for c in ("id", "input", "output", target, "conversation") if c in frame.columns]]
                 # "auto"/"embedded": the pipeline's defaults (the embedded local model)
                 options = LLMOptions() if isinstance(llm_config, str) else llm_config
                 result = fit_evaluator(data, target, task=task, llm_options=options, seed=seed, n_boot=n_boot, top_n=top_n,
-                                       test_size=test_size, crossfit=crossfit)
+                                       test_size=test_size, crossfit=crossfit, group_col=group_col)
                 return RefitFit(result, "autometrics-llm", notes)
             except Exception as exc:
                 log.warning("LLM refit failed, falling back to the LLM-free fit: %s: %s", type(exc).__name__, exc)
                 notes.append(f"LLM pipeline failed ({type(exc).__name__}: {exc}); fitted LLM-free")
         else:
             notes.append(f"LLM pipeline not used: {why}; fitted LLM-free")
-    data = frame[[c for c in ("id", "input", "output", target) if c in frame.columns]]
+    data = frame[[c for c in ("id", "input", "output", target, "conversation") if c in frame.columns]]
     result = fit_evaluator(
         data,
         target,
+        group_col=group_col,
         task=task,
         metrics=metrics if metrics is not None else _reference_free_metrics(frame),
         seed=seed,
@@ -159,15 +162,17 @@ def fit_for_refit(
     return RefitFit(result, result.evaluator.artifact["method"]["name"], notes)
 
 
-def newest_holdout(frame: pd.DataFrame, fraction: float = 0.3, *, time_col: str = "feedback_ns", group_col: str = "input"):
+def newest_holdout(frame: pd.DataFrame, fraction: float = 0.3, *, time_col: str = "feedback_ns", group_col: str | None = None):
     """Split a labelled frame into (older train, newest held-out) positions.
 
-    Groups (same input) are kept whole and ordered by their newest row, so the held-out part is
+    Groups (``group_col``; default the store frame's ``conversation`` — the session, else the
+    input — or the input) are kept whole and ordered by their newest row, so the held-out part is
     the most recent feedback and no input is on both sides.  Returns two index arrays.
     """
     n = len(frame)
     if n == 0:
         return np.array([], dtype=int), np.array([], dtype=int)
+    group_col = group_col or ("conversation" if "conversation" in frame.columns else "input")
     t = pd.to_numeric(frame[time_col], errors="coerce").fillna(0).to_numpy() if time_col in frame.columns else np.arange(n)
     groups = frame[group_col].fillna("").astype(str).to_numpy() if group_col in frame.columns else np.arange(n).astype(str)
     g = pd.DataFrame({"g": groups, "t": t, "pos": np.arange(n)})

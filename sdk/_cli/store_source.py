@@ -289,6 +289,8 @@ def load_fit_data(args):
     frame = store_training_frame(url, list(args.target), project, since)
     window = f", started since {since:%Y-%m-%d %H:%M:%S %Z}" if since else ""
     label = f"{_hidden(url)} (project {project!r}{window})"
+    # a conversation (session) is kept whole on one side of every split, as the worker does
+    group_col = args.group_col or ("conversation" if "conversation" in frame.columns else None)
     ds = load_dataset(frame, args.target, input_col=args.input_col, output_col=args.output_col,
-                      reference_cols=args.reference_col, id_col=args.id_col or None, group_col=args.group_col, source=label)
+                      reference_cols=args.reference_col, id_col=args.id_col or None, group_col=group_col, source=label)
     return ds, [f"read {len(frame)} labelled trace(s) from {label}: the frame `autometrics worker` refits on"]

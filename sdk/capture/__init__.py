@@ -72,7 +72,15 @@ from .runtime import configure, flush, shutdown, stats
 from .runtime import log as log
 from .settings import ObserveConfig
 from .signals import feedback, feedback_schema, training_frame
-from .spans import current_span_id, current_trace_id, set_input, set_output, update_current_span
+from .spans import (
+    current_span_id,
+    current_trace_id,
+    set_input,
+    set_output,
+    trace_attributes,
+    update_current_span,
+    update_current_trace,
+)
 from .threads import ContextThreadPoolExecutor, in_context, propagate_threads, stop_propagating_threads
 
 __all__ = [
@@ -91,6 +99,8 @@ __all__ = [
     "stats",
     "training_frame",
     "ObserveConfig",
+    "trace_attributes",
+    "update_current_trace",
     "in_context",
     "ContextThreadPoolExecutor",
     "propagate_threads",

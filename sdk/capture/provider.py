@@ -36,6 +36,7 @@ from __future__ import annotations
 import collections
 import threading
 
+from autometrics.collectors.conventions import stamp
 from autometrics.metricbank.errors import UserError
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
@@ -89,6 +90,7 @@ class StoreForwarder(SpanProcessor):
         try:
             if self._target is None:
                 return
+            stamp(span)  # the session/user/tags of autometrics.trace_attributes(), on every span of the request
             scope = span.instrumentation_scope
             if scope is not None and scope.name in CAPTURE_SCOPES and span.context.trace_flags.sampled:
                 tid = span.context.trace_id

@@ -11,6 +11,8 @@ it).  None of them raises (a failure is counted against the active runtime).
 
 from __future__ import annotations
 
+import contextlib
+
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 
@@ -105,3 +107,60 @@ def update_current_span(*, model: str | None = None, response_model: str | None 
         span.set_attributes(a)
     except Exception as exc:
         internal_error(runtime._runtime, "update_current_span", exc)
+
+
+def _checked_trace_fields(session_id, user_id, tags, metadata) -> dict:
+    """The attributes of :func:`trace_attributes` / :func:`update_current_trace`; a value of the
+    wrong type is a caller's mistake and raises (with the field named)."""
+    from ..collectors.conventions import trace_attributes as _attrs
+    from ..metricbank.errors import UserError
+
+    for name, v in (("session_id", session_id), ("user_id", user_id)):
+        if v is not None and not isinstance(v, (str, int)):
+            raise UserError(f"{name} must be a string (or an int), not {type(v).__name__}")
+    if tags is not None and (isinstance(tags, str) or not all(isinstance(t, str) for t in tags)):
+        raise UserError("tags must be a list of strings, e.g. tags=['beta', 'mobile']")
+    if metadata is not None and not isinstance(metadata, dict):
+        raise UserError(f"metadata must be a dict, not {type(metadata).__name__}")
+    return _attrs(session_id, user_id, list(tags) if tags else None, metadata)
+
+
+@contextlib.contextmanager
+def trace_attributes(*, session_id=None, user_id=None, tags=None, metadata=None):
+    """Every span started inside the block (``@observe`` calls and the LLM clients' own spans)
+    carries this session (a conversation), user, tags and metadata: in the store and the training
+    frame (``session_id``, ``user_id``, ``tags``, ``metadata`` columns; fits keep a session's
+    traces on one side of every split), in Langfuse (``sessionId``, ``userId``, tags) and in Phoenix
+    (``session.id``, ``user.id``).  Nested blocks add to the outer one's values.  ::
+
+        with autometrics.trace_attributes(session_id=conversation.id, user_id=user.id, tags=["beta"]):
+            answer = handle(question)
+    """
+    from ..collectors.conventions import TRACE_ATTRIBUTES, trace_fields
+
+    _checked_trace_fields(session_id, user_id, tags, metadata)
+    outer = trace_fields(TRACE_ATTRIBUTES.get() or {})
+    merged_tags = list(dict.fromkeys([*outer["tags"], *(tags or [])]))
+    token = TRACE_ATTRIBUTES.set(_checked_trace_fields(
+        session_id if session_id is not None else outer["session_id"], user_id if user_id is not None else outer["user_id"],
+        merged_tags or None, {**outer["metadata"], **(metadata or {})} or None))
+    try:
+        yield
+    finally:
+        TRACE_ATTRIBUTES.reset(token)
+
+
+def update_current_trace(*, session_id=None, user_id=None, tags=None, metadata=None) -> None:
+    """Set the session, user, tags or metadata of the current trace from inside an observed call
+    (e.g. once the request's user is known), on the current span: the store's training frame,
+    Langfuse and Phoenix read them per trace from any of its spans.  (Spans started later are not
+    stamped: a value set here cannot leak into the caller's next request; for that, wrap the
+    request in :func:`trace_attributes`.)  Does nothing outside a recorded span."""
+    add = _checked_trace_fields(session_id, user_id, tags, metadata)
+    try:
+        span = trace.get_current_span()
+        if not span.is_recording():
+            return
+        span.set_attributes(add)
+    except Exception as exc:
+        internal_error(runtime._runtime, "update_current_trace", exc)

@@ -14,12 +14,19 @@ DAY = 86_400 * 10**9
 NOW = time.time_ns()  # the CLI prunes against the real clock
 
 
-def _trace(store, i: int, *, age_days: float, project: str = "p", spans: int = 2) -> str:
+def _trace(store, i: int, *, age_days: float, project: str = "p", spans: int = 2, old_schema: bool = False) -> str:
     tid = f"{i:032x}"
     start = NOW - int(age_days * DAY)
     rows = [{"trace_id": tid, "span_id": f"{i:08x}{k:08x}", "parent_span_id": f"{i:08x}{0:08x}" if k else None,
              "name": "root" if not k else "llm", "project": project, "start_time_ns": start + k, "end_time_ns": start + 10**9,
              "input": f"question {i}", "output": f"answer {i}", "attributes": "{}", "status": "OK"} for k in range(spans)]
+    if old_schema:  # a store left at an older version: only the columns it has (as that release wrote them)
+        from autometrics.collectors.store import schema
+
+        with store.engine.begin() as c:
+            c.execute(sa.insert(schema.traces), [{"trace_id": tid, "project": project, "first_seen_ns": start}])
+            c.execute(sa.insert(schema.spans), rows)
+        return tid
     store.write(rows, [])
     return tid
 
@@ -205,7 +212,7 @@ def test_migration_v8_on_an_older_store_keeps_data_and_adds_the_indexes(store_ur
     old = TraceStore(store_url, migrate=False)
     assert old.migrate(target=start) == start
     assert "ix_feedback_name" in _indexes(old) and not {n for n, *_ in V8_INDEXES} & _indexes(old)
-    tid = _trace(old, 1, age_days=40)
+    tid = _trace(old, 1, age_days=40, old_schema=True)
     old.write_feedback([_fb(1, tid)])
     old.dispose()
     new = TraceStore(store_url)
