@@ -83,6 +83,29 @@ def _finite(v):
     return v
 
 
+def version_warnings(version: dict, alerts: list[dict] | None = None) -> list[tuple[str, str]]:
+    """(category, message) warnings about an evaluator version: low significance, small n,
+    validity dropping (from its statistics and its stored alerts)."""
+    out: list[tuple[str, str]] = []
+    st = version.get("statistics") or {}
+    h, on = fig.holdout(version)  # each message names the data its figure was computed on
+    p, n = h.get("p_value"), h.get("n")
+    if p is None or p > 0.05:
+        out.append(("low-significance", f"evaluator v{version['version']}: p = {p if p is None else f'{p:.2g}'} > 0.05 on the {on}"))
+    if n is not None and n < 30:
+        out.append(("small-n", f"evaluator v{version['version']}: validated on only {n} feedback points, the {on}"))
+    lv = st.get("live_validity") or {}
+    if lv.get("level") == "alert":
+        w, live_on = fig.live(version)
+        out.append(("validity-decay", f"evaluator v{version['version']}: tau {w.get('tau', float('nan')):.3f} on the {live_on} "
+                                      f"< {lv.get('fit_tau') or float('nan'):.3f} on the {on}"))
+    for a in alerts or []:
+        cat = _KIND_TO_CATEGORY.get(a["kind"])
+        if cat and a.get("evaluator_id") == version.get("id") and cat not in {c for c, _ in out}:
+            out.append((cat, f"{fig.alert_figure(a, version)}: {a['message']}"))
+    return out
+
+
 class LangfusePush:
     """Builds the dashboard's scores and delivers them through a
     :class:`~autometrics.collectors.langfuse_client.LangfuseClient` (``client``: one already made,
@@ -136,26 +159,7 @@ class LangfusePush:
                                         metadata=_finite(metadata) if metadata is not None else None)
 
     def version_warnings(self, version: dict, alerts: list[dict] | None = None) -> list[tuple[str, str]]:
-        """(category, message) warnings about an evaluator version: low significance, small n,
-        validity dropping (from its statistics and its stored alerts)."""
-        out: list[tuple[str, str]] = []
-        st = version.get("statistics") or {}
-        h, on = fig.holdout(version)  # each message names the data its figure was computed on
-        p, n = h.get("p_value"), h.get("n")
-        if p is None or p > 0.05:
-            out.append(("low-significance", f"evaluator v{version['version']}: p = {p if p is None else f'{p:.2g}'} > 0.05 on the {on}"))
-        if n is not None and n < 30:
-            out.append(("small-n", f"evaluator v{version['version']}: validated on only {n} feedback points, the {on}"))
-        lv = st.get("live_validity") or {}
-        if lv.get("level") == "alert":
-            w, live_on = fig.live(version)
-            out.append(("validity-decay", f"evaluator v{version['version']}: tau {w.get('tau', float('nan')):.3f} on the {live_on} "
-                                          f"< {lv.get('fit_tau') or float('nan'):.3f} on the {on}"))
-        for a in alerts or []:
-            cat = _KIND_TO_CATEGORY.get(a["kind"])
-            if cat and a.get("evaluator_id") == version.get("id") and cat not in {c for c, _ in out}:
-                out.append((cat, f"{fig.alert_figure(a, version)}: {a['message']}"))
-        return out
+        return version_warnings(version, alerts)
 
     def score_bodies(self, version: dict, rows, *, alerts: list[dict] | None = None,
                      max_rationales: int = 3) -> tuple[dict[str, list[dict]], list[str], str | None]:

@@ -96,10 +96,15 @@ class EchoPublisher:
         pass
 
 
-def default_publishers(*, dashboard=None, langfuse: str = "auto", langfuse_max_attempts: int = 10, echo_key: str | None = None):
-    """The publishers ``autometrics worker`` uses: Langfuse first (its counts reach the echo
-    line), then the dashboard, then the echo."""
+def default_publishers(*, dashboard=None, langfuse: str = "auto", langfuse_max_attempts: int = 10, echo_key: str | None = None,
+                       phoenix: str | None = None):
+    """The publishers ``autometrics worker`` uses: Langfuse and Phoenix first (their counts reach
+    the echo line), then the dashboard, then the echo."""
     pubs: list = [LangfusePublisher(langfuse, max_attempts=langfuse_max_attempts)]
+    if phoenix:
+        from .phoenix_push import PhoenixPublisher
+
+        pubs.append(PhoenixPublisher(phoenix))
     if dashboard:
         pubs.append(DashboardPublisher(dashboard))
     if echo_key:

@@ -101,6 +101,18 @@ class TraceTables:
     def write_spans(self, rows: Iterable[dict]) -> None:
         self.write(span_rows=rows)
 
+    def root_spans(self, trace_ids) -> dict[str, str]:
+        """{trace id: its root span id (no parent; the earliest when several)} for the traces held."""
+        ids = list(dict.fromkeys(trace_ids))
+        out: dict[str, str] = {}
+        with self.engine.connect() as conn:
+            for i in range(0, len(ids), 500):
+                q = (sa.select(spans.c.trace_id, spans.c.span_id).where(spans.c.trace_id.in_(ids[i:i + 500]),
+                                                                        spans.c.parent_span_id.is_(None))
+                     .order_by(spans.c.start_time_ns.desc()))
+                out.update({t: s for t, s in conn.execute(q).all()})  # ascending wins: the earliest root last
+        return out
+
     def spans_frame(self, trace_id: str | None = None, project: str | None = None):
         """All stored spans (optionally of one trace / project) as a DataFrame, oldest first."""
         q = sa.select(spans).order_by(spans.c.start_time_ns)

@@ -81,22 +81,36 @@ class Worker:
     """Runs a :class:`Monitor`'s jobs on a schedule (or once with :meth:`run_once`)."""
 
     def __init__(self, store: TraceStore | str | None, config: MonitorConfig, options: WorkerOptions | None = None,
-                 publishers: Sequence[Publisher] = ()):
+                 publishers: Sequence[Publisher] = (), sources: Sequence = ()):
         self.monitor = Monitor(store, config)
         self.store = self.monitor.store
         self.opts = options or WorkerOptions()
         self.publishers = list(publishers)
+        # pulled into the store before every job (``pull(store) -> dict``), e.g. a Phoenix project's
+        # spans and annotations; a failing source is logged and the job runs on what the store has
+        self.sources = list(sources)
         self.key = _key(config.project, config.target)
         self.scheduler = None
         self._job_lock = threading.Lock()  # one job at a time inside this process
         self.last: dict = {}
 
     # ---- jobs
-    def run(self, kind: str, *, alerts: list | None = None) -> dict:
+    def _pull(self, out: dict) -> None:
+        """Read every source into the store (a failing one is logged; the job goes on)."""
+        for src in self.sources:
+            try:
+                out.setdefault("pulled", []).append(src.pull(self.store))
+            except Exception as exc:
+                log.warning("source %s not read: %s: %s", src, type(exc).__name__, exc)
+                out.setdefault("pulled", []).append({"error": f"{type(exc).__name__}: {exc}"})
+
+    def run(self, kind: str, *, alerts: list | None = None, pull: bool = True) -> dict:
         """One job: ``refit`` (interval), ``refit-check`` (feedback count), ``score``; never raises.
         ``alerts``: alerts raised just before this job (e.g. by a refit), published and counted with its own."""
         with self._job_lock:
             out: dict = {"job": kind}
+            if pull:
+                self._pull(out)
             try:
                 if kind == "refit":
                     out["refit"] = self.monitor.refit()
@@ -127,11 +141,13 @@ class Worker:
 
     def run_once(self, *, force_refit: bool = False) -> dict:
         """Refit (if due, or ``force_refit``), score, check drift, then the publishers."""
+        pulled: dict = {}
+        self._pull(pulled)
         refit = self.monitor.refit(force=force_refit, min_new_feedback=self.opts.min_new_feedback or 1)
-        log.info("%s", job_line(self.key, {"job": "refit", "refit": refit}))
-        out = {"refit": refit}
+        log.info("%s", job_line(self.key, {"job": "refit", "refit": refit, **pulled}))
+        out = {"refit": refit, **pulled}
         # the refit's alerts go out with the scoring job's: the count the CLI prints is what was logged and pushed
-        out.update({k: v for k, v in self.run("score", alerts=list(refit.alerts)).items() if k != "job"})
+        out.update({k: v for k, v in self.run("score", alerts=list(refit.alerts), pull=False).items() if k != "job"})
         return out
 
     # ---- scheduling
@@ -194,6 +210,9 @@ class Worker:
 def job_line(key: str, out: dict) -> str:
     """One log line per job: what it refit, scored, pushed and alerted."""
     parts = [f"worker {key} job {out.get('job')}:"]
+    for src in out.get("pulled", []):
+        parts.append(f"read {src.get('spans', 0)} span(s) and {src.get('feedback', 0)} annotation(s) from {src.get('source')}"
+                     if "error" not in src else f"source not read: {src['error']}")
     if "refit" in out:
         parts.append(str(out["refit"]))
     if "scored" in out:
@@ -208,6 +227,9 @@ def job_line(key: str, out: dict) -> str:
         lf = out["langfuse"]
         parts.append(f"Langfuse: {lf.get('scores', 0)} trace(s) scored, {lf.get('alerts', 0)} alert(s) pushed, "
                      f"{lf.get('failed', 0)} failed")
+    if "phoenix" in out:
+        px = out["phoenix"]
+        parts.append(f"Phoenix: {px.get('annotations', 0)} annotation(s)" + (f", failed: {px['error']}" if px.get("error") else ""))
     if "dashboard" in out:
         parts.append(f"dashboard {out['dashboard']}")
     if "error" in out:

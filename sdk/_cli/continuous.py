@@ -159,6 +159,10 @@ def add_commands(subparsers) -> None:
     _scoring_opts(w)
     w.add_argument("--dashboard", default=None, help="dashboard HTML to rewrite after each job (default: beside a SQLite store)")
     w.add_argument("--langfuse", choices=["auto", "on", "off"], default="auto", help="push scores/warnings to Langfuse")
+    w.add_argument("--phoenix", default=None, metavar="URL",
+                   help="an Arize Phoenix project (phoenix+http://host:6006/<project>): its spans and span annotations are "
+                        "read into the store before each job, and scores, rationales and warnings are written back as span "
+                        "annotations on each trace's root span (PHOENIX_API_KEY when set)")
     w.add_argument("--langfuse-max-attempts", type=count(1), default=10, metavar="N",
                    help="failed Langfuse deliveries of a trace's scores (or of an alert) before giving up on it; a trace "
                         "counts as pushed only once Langfuse acknowledged it, a failed one is retried next cycle (default 10)")
@@ -272,8 +276,14 @@ def cmd_worker(args) -> int:
                          score_interval=args.score_interval, jobstore=not args.no_jobstore, scoring=_scoring_options(args))
     dashboard = args.dashboard or str(dashboard_default(mon.store))
     # no echo publisher: each job's line comes from the worker's own log (below), which also has failed jobs
-    pubs = default_publishers(dashboard=dashboard, langfuse=args.langfuse, langfuse_max_attempts=args.langfuse_max_attempts)
-    w = Worker(mon.store, mon.cfg, opts, publishers=pubs)
+    pubs = default_publishers(dashboard=dashboard, langfuse=args.langfuse, langfuse_max_attempts=args.langfuse_max_attempts,
+                              phoenix=args.phoenix)
+    sources = []
+    if args.phoenix:  # read the Phoenix project's spans and annotations before each job
+        from autometrics.collectors.phoenix import PhoenixSource
+
+        sources.append(PhoenixSource(args.phoenix, project=mon.cfg.project))
+    w = Worker(mon.store, mon.cfg, opts, publishers=pubs, sources=sources)
     print(f"worker: {mon.store!r}, project {mon.cfg.project!r}, target {mon.cfg.target!r}; dashboard {dashboard}", flush=True)
     with _job_log():
         if args.once:

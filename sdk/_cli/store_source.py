@@ -276,6 +276,8 @@ def _inventory(store) -> dict:
 def load_fit_data(args):
     """``autometrics fit``'s data as a :class:`~autometrics.evaluators.data.Dataset`, plus lines
     to print about where it came from."""
+    if str(args.data).lower().startswith("phoenix+"):
+        return _load_phoenix(args)
     url = store_url_of(args.data)
     if url is None:
         for flag, val in (("--project", args.project), ("--since", args.since)):
@@ -294,3 +296,35 @@ def load_fit_data(args):
     ds = load_dataset(frame, args.target, input_col=args.input_col, output_col=args.output_col,
                       reference_cols=args.reference_col, id_col=args.id_col or None, group_col=group_col, source=label)
     return ds, [f"read {len(frame)} labelled trace(s) from {label}: the frame `autometrics worker` refits on"]
+
+
+def _load_phoenix(args):
+    """``fit phoenix+http://host:6006/<project>``: the project's spans and span annotations copied
+    into a throwaway SQLite store, then read as the worker reads a store (same frame, same
+    grouping by conversation)."""
+    import tempfile
+
+    from autometrics.collectors.phoenix import import_phoenix, parse_phoenix_url, phoenix_client
+    from autometrics.collectors.store import TraceStore
+
+    base, phx_project = parse_phoenix_url(str(args.data))
+    since = parse_since(args.since) if args.since is not None else None
+    with tempfile.TemporaryDirectory(prefix="autometrics-phoenix-") as tmp:
+        url = f"sqlite:///{Path(tmp) / 'phoenix.db'}"
+        store = TraceStore(url)
+        try:
+            counts = import_phoenix(phoenix_client(base), phx_project, store, names=list(args.target), start_time=since)
+        except Exception as exc:
+            if isinstance(exc, (UserError, DataError)):
+                raise
+            raise DataError(f"could not read Phoenix project {phx_project!r} at {base}: {type(exc).__name__}: {exc}") from exc
+        finally:
+            store.dispose()
+        frame = store_training_frame(url, list(args.target), phx_project, None)
+    group_col = args.group_col or "conversation"
+    label = f"Phoenix {base} (project {phx_project!r})"
+    ds = load_dataset(frame, args.target, input_col=args.input_col, output_col=args.output_col,
+                      reference_cols=args.reference_col, id_col=args.id_col or None, group_col=group_col, source=label)
+    skipped = "; ".join(f"{k}: {v}" for k, v in counts["annotations_skipped"].items())
+    return ds, [f"read {counts['spans']} span(s) of {counts['traces']} trace(s) and {counts['feedback']} annotation(s) from "
+                f"{label}" + (f" (annotations not read: {skipped})" if skipped else "")]
