@@ -256,10 +256,12 @@ def span_row(
     who = trace_fields(a)
     err_type = a.get("error.type")
     err_msg = status_message or None
+    err_stack = None
     for ev_name, ev_attrs in events:
         if ev_name == "exception":
             err_type = err_type or _cap(ev_attrs.get("exception.type"), lim, "events.exception.type", cut)
             err_msg = err_msg or _cap(ev_attrs.get("exception.message"), lim, "events.exception.message", cut)
+            err_stack = err_stack or _cap(ev_attrs.get("exception.stacktrace"), lim, "events.exception.stacktrace", cut)
     if status == "ERROR" and not err_type:
         err_type = "error"
     project = a.get("autometrics.project") or resource.get("autometrics.project") or resource.get("service.name")
@@ -276,6 +278,7 @@ def span_row(
         "status": status,
         "error_type": _text(err_type),
         "error_message": _text(err_msg),
+        "error_stack": _text(err_stack),
         "operation": _ident(call["operation"], "operation", strict),
         "model": _ident(call["model"], "model", strict),
         "input_tokens": _count(call["input_tokens"], "gen_ai.usage.input_tokens", strict),

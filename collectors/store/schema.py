@@ -56,6 +56,7 @@ spans = sa.Table(
     sa.Column("user_id", sa.String(200)),
     sa.Column("tags", sa.Text),
     sa.Column("trace_metadata", sa.Text),
+    sa.Column("error_stack", sa.Text),  # the exception event's stack trace (schema v9)
 )
 
 feedback = sa.Table(
@@ -351,9 +352,11 @@ def _migration_8(conn: sa.Connection) -> None:
 
 def _migration_9(conn: sa.Connection) -> None:
     """v9: sessions, users, tags and metadata per span (what the training frame groups and the
-    dashboard filters by); indexed by session and by user.  Older spans keep NULL there (their
+    dashboard filters by), indexed by session and by user; and the stack trace of a span's
+    exception.  Older spans keep NULL there (their
     attribute JSON still has whatever was sent)."""
-    for col, typ in (("session_id", "VARCHAR(200)"), ("user_id", "VARCHAR(200)"), ("tags", "TEXT"), ("trace_metadata", "TEXT")):
+    for col, typ in (("session_id", "VARCHAR(200)"), ("user_id", "VARCHAR(200)"), ("tags", "TEXT"), ("trace_metadata", "TEXT"),
+                     ("error_stack", "TEXT")):
         conn.execute(sa.text(f"ALTER TABLE spans ADD COLUMN {col} {typ}"))
     conn.execute(sa.text("CREATE INDEX IF NOT EXISTS ix_spans_session ON spans (session_id)"))
     conn.execute(sa.text("CREATE INDEX IF NOT EXISTS ix_spans_user ON spans (user_id)"))

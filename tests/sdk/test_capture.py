@@ -121,6 +121,8 @@ def test_async_generators_and_errors(capture, sqlite_url):
     assert sp.loc["astream", "output"] == "a0a1a2"
     assert sp.loc["fails", "status"] == "ERROR" and sp.loc["fails", "error_type"] == "ValueError"
     assert "bad input" in sp.loc["fails", "error_message"]
+    stack = sp.loc["fails", "error_stack"]  # the exception event's stack trace, where it was raised
+    assert stack.startswith("Traceback") and "def fails" not in stack and "in fails" in stack and "ValueError: bad input" in stack
     assert sp.loc["partial", "output"] == "[0, 1]" and sp.loc["partial", "status"] != "ERROR"
 
 
