@@ -24,8 +24,10 @@ from __future__ import annotations
 import contextvars
 import json
 import re
+import threading
 
-__all__ = ["call_fields", "drop_empty", "trace_fields", "trace_attributes", "TRACE_ATTRIBUTES", "stamp"]
+__all__ = ["call_fields", "drop_empty", "trace_fields", "trace_attributes", "TRACE_ATTRIBUTES", "stamp", "open_llm_span",
+           "close_llm_span"]
 
 # in order of preference: one whole JSON list, then flattened messages, then other tools' text
 _INPUT_KEYS = ("gen_ai.input.messages", "gen_ai.prompt", "langfuse.observation.input")
@@ -184,9 +186,43 @@ def trace_attributes(session_id=None, user_id=None, tags=None, metadata=None) ->
 
 
 def stamp(span) -> None:
-    """Give a span that is starting the session, user, tags and metadata of its context (set by
-    ``autometrics.trace_attributes``), so every span of the request carries them, the LLM
-    client instrumentations' spans included."""
+    """What our span processors do as a span starts: give it the session, user, tags and metadata
+    of its context (set by ``autometrics.trace_attributes``), so every span of the request carries
+    them, the LLM client instrumentations' spans included; and tell an ``@observe(model=...)`` call
+    that an instrumented client made the real LLM call inside it (:func:`close_llm_span`)."""
     attrs = TRACE_ATTRIBUTES.get()
     if attrs:
         span.set_attributes(attrs)
+    parent = getattr(span, "parent", None)
+    if parent is not None and parent.span_id in _LLM_SPANS and _is_client_call(span):
+        _LLM_SPANS[parent.span_id] = True
+
+
+# ``@observe(model=...)`` spans in flight (span id -> an instrumented client call started inside)
+_LLM_SPANS: dict[int, bool] = {}
+_LLM_LOCK = threading.Lock()
+_CLIENT_OPS = frozenset({"chat", "text_completion", "generate_content", "embeddings"})
+
+
+def _is_client_call(span) -> bool:
+    scope = getattr(span, "instrumentation_scope", None)
+    if scope is not None and scope.name == "autometrics":
+        return False
+    a = span.attributes or {}
+    return (a.get("gen_ai.operation.name") in _CLIENT_OPS or a.get("openinference.span.kind") == "LLM"
+            or "llm.request.type" in a)
+
+
+def open_llm_span(span_id: int) -> None:
+    """An ``@observe(model=...)`` call's span started: watch for a client call inside it."""
+    with _LLM_LOCK:
+        if len(_LLM_SPANS) >= 100_000:  # calls that never ended (a generator dropped unconsumed): forget the oldest
+            del _LLM_SPANS[next(iter(_LLM_SPANS))]
+        _LLM_SPANS[span_id] = False
+
+
+def close_llm_span(span_id: int) -> bool:
+    """The call ends: whether an instrumented LLM client span started directly inside it (then
+    that span is the LLM call, and the observed function's span only wraps it)."""
+    with _LLM_LOCK:
+        return _LLM_SPANS.pop(span_id, False)

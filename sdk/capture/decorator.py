@@ -29,6 +29,7 @@ from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
+from ..collectors.conventions import close_llm_span, open_llm_span
 from .content import StreamText, input_messages, output_messages, provider_from_model, result_fields
 from .runtime import Runtime, get_runtime, internal_error
 from .spans import CALL_KEY, NOT_SET, ObservedCall
@@ -44,6 +45,8 @@ class _Spec:
     name: str
     kind: SpanKind
     attrs: dict  # set when the span starts
+    llm_attrs: dict  # an LLM-call span's GenAI attributes, set when it ends (unless it only wraps a client call)
+    qualname: str
     auto_name: bool  # "{operation} {model}" may be completed with a model known only at the end
     operation: str | None
     capture_input: bool | None
@@ -101,8 +104,12 @@ def _capture_error(rt: Runtime, spec: _Spec, span, what: str, exc: Exception) ->
 def _start(rt: Runtime, spec: _Spec, args, kwargs, *, attach: bool = True):
     """Open the call's span; ``attach``: make it current now and return the context token (the
     stream wrappers attach it around each step instead, so they pass False and get None)."""
+    # an LLM-call span gets its GenAI attributes when it ends, unless an instrumented client made
+    # the call inside it: then that client span is the one LLM-call span, and this one only wraps it
     span = rt.tracer.start_span(spec.name, kind=spec.kind, attributes=spec.attrs)
     call = ObservedCall(spec, span)
+    if spec.llm_attrs and span.is_recording():
+        open_llm_span(span.get_span_context().span_id)
     if span.is_recording() and rt.cfg.capture_content and spec.capture_input is not False:
         try:
             if spec.input is not None:
@@ -196,6 +203,13 @@ def _record(rt: Runtime, call: ObservedCall, *, result=None, error: BaseExceptio
                     span.set_attribute("gen_ai.input.messages", input_messages(value, rt.cfg.max_content_chars))
                 except Exception as exc:
                     _capture_error(rt, spec, span, "input", exc)
+            if spec.llm_attrs:
+                if close_llm_span(span.get_span_context().span_id):
+                    span.update_name(spec.qualname)  # one LLM-call span per call: the client's
+                    span.set_attribute("autometrics.wraps_llm_call", True)
+                else:
+                    have = span.attributes or {}
+                    span.set_attributes({k: v for k, v in spec.llm_attrs.items() if k not in have})
             if spec.auto_name and span.name == spec.name:
                 model = (span.attributes or {}).get("gen_ai.request.model")
                 if isinstance(model, str) and model:  # the model became known inside the call
@@ -344,17 +358,21 @@ def observe(
     if (name or span_name) != qualname:  # the span is not named after the function: say which it is
         module = getattr(func, "__module__", None)
         attrs["code.function.name"] = f"{module}.{qualname}" if module else qualname
+    llm_attrs = {}
     if op:
-        attrs["gen_ai.operation.name"] = op
+        llm_attrs["gen_ai.operation.name"] = op
     if model:
-        attrs["gen_ai.request.model"] = model
+        llm_attrs["gen_ai.request.model"] = model
     provider = provider or provider_from_model(model)
     if provider:
-        attrs["gen_ai.provider.name"] = provider
+        llm_attrs["gen_ai.provider.name"] = provider
+    if kind != SpanKind.CLIENT:  # agent / tool operations: nothing to wait for
+        attrs.update(llm_attrs)
+        llm_attrs = {}
     if attributes:
         attrs.update(attributes)
-    spec = _Spec(name or span_name, kind, attrs, auto_name, op, capture_input, capture_output, redact, in_sel, out_sel,
-                 sig, bool(params) and params[0] in ("self", "cls"))
+    spec = _Spec(name or span_name, kind, attrs, llm_attrs, qualname, auto_name, op, capture_input, capture_output, redact,
+                 in_sel, out_sel, sig, bool(params) and params[0] in ("self", "cls"))
 
     if inspect.isasyncgenfunction(func):
         @functools.wraps(func)

@@ -339,3 +339,37 @@ def test_app_tracer_provider_must_be_an_sdk_provider(capture, sqlite_url):
 
     with pytest.raises(ValueError, match="tracer_provider must be an OpenTelemetry SDK TracerProvider"):
         capture.configure(store_url=sqlite_url, langfuse=False, spool=False, tracer_provider=trace.NoOpTracerProvider())
+
+
+def test_observe_with_model_around_an_instrumented_client_is_one_llm_call(capture, inst, llm, sqlite_url):
+    """The README's pattern, ``@observe(model=...)`` around a client call, with the client
+    instrumented: one LLM-call span per call (the client's, with the model called and its usage);
+    the observed function's span wraps it.  Without instrumentation the observed span is the call."""
+    _need("openai", "opentelemetry.instrumentation.genai.openai")
+    import openai
+
+    capture.configure(store_url=sqlite_url, langfuse=False, spool=False)
+    client = openai.OpenAI(base_url=llm.url, api_key="sk-test", max_retries=0)
+
+    @capture.observe(model="my-label")
+    def answer(q):
+        return client.chat.completions.create(model="gpt-4o-mini", messages=[{"role": "user", "content": q}]).choices[0].message.content
+
+    @capture.observe
+    def handle(q):
+        return answer(q), capture.current_trace_id()
+
+    _, plain = handle("uninstrumented")
+    inst.instrument("openai")
+    _, wrapped = handle("instrumented")
+    df = stored_spans(sqlite_url, 5, capture)
+    calls = df[df["operation"] == "chat"]
+    assert calls.groupby("trace_id").size().to_dict() == {plain: 1, wrapped: 1}
+    assert calls.set_index("trace_id").loc[plain, "name"] == "chat my-label"  # no client span: the observed one is the call
+    client_span = calls.set_index("trace_id").loc[wrapped]
+    assert client_span["model"] == "gpt-4o-mini" and client_span["input_tokens"] > 0
+    outer = df[(df["trace_id"] == wrapped) & df["name"].str.endswith("answer")]
+    assert len(outer) == 1, df[df["trace_id"] == wrapped]["name"].tolist() and outer.iloc[0]["model"] is None and _attrs(outer.iloc[0])["autometrics.wraps_llm_call"] is True
+    assert client_span["parent_span_id"] == outer.iloc[0]["span_id"]
+    frame = capture.training_frame("thumbs", include_unlabelled=True).set_index("id")
+    assert frame.loc[wrapped, "model"] == "gpt-4o-mini"
