@@ -253,8 +253,11 @@ class LangfuseClient:
             raise RuntimeError("langfuse client is disabled (missing LANGFUSE_PUBLIC_KEY / LANGFUSE_SECRET_KEY)")
         if export_spans:
             if getattr(res, "tracer_provider", provider) is not provider:
-                self.errors.warning("langfuse-shared", "autometrics: a Langfuse client with this public key already exists "
-                                    "in the process; spans follow its tracer provider")
+                # the app made a Langfuse client with this key first: the SDK keeps that client's state
+                # (and tracer provider), which never sees our spans; they get an exporter of their own
+                _export_own_spans(provider, self.settings, self)
+                self.counting = True
+                return
             self.counting = _count_span_losses(res, self)
             if not self.counting:
                 self.errors.warning("langfuse-counting", "autometrics: this langfuse SDK version hides its span exporter; "
@@ -591,6 +594,41 @@ class _CountingSpanExporter:
 
     def __getattr__(self, name):
         return getattr(self.inner, name)
+
+
+class _FilteredExporter:
+    """Exports only the spans Langfuse would take from us (:func:`_export_filter`)."""
+
+    def __init__(self, inner):
+        self.inner = inner
+
+    def export(self, spans):
+        from opentelemetry.sdk.trace.export import SpanExportResult
+
+        keep = [s for s in spans if _export_filter(s)]
+        return self.inner.export(keep) if keep else SpanExportResult.SUCCESS
+
+    def shutdown(self):
+        return self.inner.shutdown()
+
+    def force_flush(self, timeout_millis: int = 30_000) -> bool:
+        return self.inner.force_flush(timeout_millis)
+
+
+def _export_own_spans(provider, settings: LangfuseSettings, owner: LangfuseClient) -> None:
+    """Our provider's spans to Langfuse's OTLP endpoint through an exporter of our own (the
+    OpenTelemetry SDK's OTLP/HTTP exporter, Basic auth as Langfuse's SDK sends it), counted like
+    the SDK's: ``langfuse_spans_exported`` only for batches Langfuse acknowledged."""
+    import base64
+
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+    token = base64.b64encode(f"{settings.public_key}:{settings.secret_key}".encode()).decode("ascii")
+    exporter = OTLPSpanExporter(endpoint=settings.base_url + "/api/public/otel/v1/traces", timeout=settings.timeout,
+                                headers={"Authorization": "Basic " + token, "x-langfuse-public-key": settings.public_key,
+                                         "x-langfuse-ingestion-version": "4"})
+    provider.add_span_processor(BatchSpanProcessor(_FilteredExporter(_CountingSpanExporter(exporter, owner))))
 
 
 def _count_span_losses(res, owner: LangfuseClient) -> bool:

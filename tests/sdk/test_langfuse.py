@@ -185,3 +185,24 @@ def test_collector_scores_feedback_only_for_stored_traces(langfuse_server, tmp_p
         assert not langfuse_server.errors
     finally:
         srv.stop()
+
+
+def test_our_spans_reach_langfuse_next_to_the_apps_own_langfuse_client(capture, langfuse_server, sqlite_url):
+    """The app made its own Langfuse client first (the SDK keeps one state per public key, with
+    the app's tracer provider): our spans still reach Langfuse, and stats() counts as exported
+    only what Langfuse acknowledged."""
+    app_client = langfuse.Langfuse()  # LANGFUSE_* from the fixture: the app's own setup
+    capture.configure(store_url=sqlite_url, project="lf", langfuse="auto")
+
+    @capture.observe(model="gpt-4o-mini")
+    def llm(q):
+        return "answer:" + q
+
+    for i in range(3):
+        llm(f"q{i}")
+    assert capture.flush(15)
+    assert _wait(lambda: len([s for s in langfuse_server.spans if s["scope"] == "autometrics"]) == 3), (
+        langfuse_server.errors, capture.stats())
+    assert capture.stats().get("langfuse_spans_exported") == 3
+    assert not langfuse_server.errors
+    app_client.shutdown()
