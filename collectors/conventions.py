@@ -75,7 +75,18 @@ def flat_messages(a: dict, prefix: str) -> list[dict] | None:
 
 
 def _first(a: dict, keys) -> object:
-    return next((a[k] for k in keys if a.get(k) is not None), None)
+    for k in keys:
+        v = a.get(k)
+        if v is not None:
+            return v
+    return None
+
+
+def _has_prefix(a: dict, prefix: str) -> bool:
+    for k in a:
+        if k.startswith(prefix):
+            return True
+    return False
 
 
 def _request_model(a: dict):
@@ -121,9 +132,13 @@ def call_fields(a: dict) -> dict:
 def drop_empty(a: dict) -> dict:
     """The attributes without empty values (``""``, an empty list, None): instrumentations such as
     LiteLLM's set dozens of empty ``metadata.*`` keys that say nothing."""
-    if not any(v is None or (isinstance(v, (str, list, tuple)) and len(v) == 0) for v in a.values()):
-        return a
-    return {k: v for k, v in a.items() if not (v is None or (isinstance(v, (str, list, tuple)) and len(v) == 0))}
+    for v in a.values():
+        if v is None or (v.__class__ in _SEQUENCES and not v):
+            return {k: v for k, v in a.items() if not (v is None or (v.__class__ in _SEQUENCES and not v))}
+    return a
+
+
+_SEQUENCES = (str, list, tuple)
 
 
 # --------------------------------------------------------------------------- sessions, users, tags
@@ -136,6 +151,7 @@ _SESSION_KEYS = ("session.id", "langfuse.session.id", "gen_ai.conversation.id")
 _USER_KEYS = ("user.id", "langfuse.user.id", "enduser.id")
 _TAG_KEYS = ("tag.tags", "langfuse.trace.tags")
 _META_PREFIX = "langfuse.trace.metadata."
+_WHO_KEYS = frozenset((*_SESSION_KEYS, *_USER_KEYS, *_TAG_KEYS, "metadata"))
 
 #: what :func:`autometrics.trace_attributes` set for the spans started in this context
 TRACE_ATTRIBUTES: contextvars.ContextVar[dict | None] = contextvars.ContextVar("autometrics_trace_attributes", default=None)
@@ -153,6 +169,8 @@ def _tags(v) -> list[str]:
 def trace_fields(a: dict) -> dict:
     """``session_id``, ``user_id``, ``tags`` (a list) and ``metadata`` (a dict) of one span's
     attributes, whichever convention set them (None / empty where none did)."""
+    if _WHO_KEYS.isdisjoint(a) and not _has_prefix(a, _META_PREFIX):  # most spans: nothing to read
+        return {"session_id": None, "user_id": None, "tags": [], "metadata": {}}
     meta: dict = {}
     raw = a.get("metadata")
     if isinstance(raw, str) and raw.strip().startswith("{"):
@@ -193,9 +211,10 @@ def stamp(span) -> None:
     attrs = TRACE_ATTRIBUTES.get()
     if attrs:
         span.set_attributes(attrs)
-    parent = getattr(span, "parent", None)
-    if parent is not None and parent.span_id in _LLM_SPANS and _is_client_call(span):
-        _LLM_SPANS[parent.span_id] = True
+    if _LLM_SPANS:
+        parent = getattr(span, "parent", None)
+        if parent is not None and parent.span_id in _LLM_SPANS and _is_client_call(span):
+            _LLM_SPANS[parent.span_id] = True
 
 
 # ``@observe(model=...)`` spans in flight (span id -> an instrumented client call started inside)
@@ -215,14 +234,13 @@ def _is_client_call(span) -> bool:
 
 def open_llm_span(span_id: int) -> None:
     """An ``@observe(model=...)`` call's span started: watch for a client call inside it."""
-    with _LLM_LOCK:
-        if len(_LLM_SPANS) >= 100_000:  # calls that never ended (a generator dropped unconsumed): forget the oldest
-            del _LLM_SPANS[next(iter(_LLM_SPANS))]
-        _LLM_SPANS[span_id] = False
+    if len(_LLM_SPANS) >= 100_000:  # calls that never ended (a generator dropped unconsumed): forget the oldest
+        with _LLM_LOCK:
+            _LLM_SPANS.pop(next(iter(_LLM_SPANS), None), None)
+    _LLM_SPANS[span_id] = False  # one dict operation: atomic, no lock needed
 
 
 def close_llm_span(span_id: int) -> bool:
     """The call ends: whether an instrumented LLM client span started directly inside it (then
     that span is the LLM call, and the observed function's span only wraps it)."""
-    with _LLM_LOCK:
-        return _LLM_SPANS.pop(span_id, False)
+    return _LLM_SPANS.pop(span_id, False)

@@ -461,12 +461,13 @@ class StoreSpanProcessor(SpanProcessor):
     def on_start(self, span, parent_context=None) -> None:
         try:
             stamp(span)
-            ctx = span.context
-            if ctx is not None and ctx.trace_flags.sampled and ctx.trace_id not in self._seen:
-                with self._lock:
-                    self._seen[ctx.trace_id] = None
-                    if len(self._seen) > self.remember:
-                        del self._seen[next(iter(self._seen))]
+            if span.parent is None or span.parent.is_remote:  # a trace's first span here (its children add nothing)
+                ctx = span.context
+                if ctx is not None and ctx.trace_flags.sampled and ctx.trace_id not in self._seen:
+                    with self._lock:
+                        self._seen[ctx.trace_id] = None
+                        if len(self._seen) > self.remember:
+                            del self._seen[next(iter(self._seen))]
         except Exception:  # pragma: no cover - defensive: nothing raises into the app
             pass
 

@@ -207,9 +207,11 @@ def _record(rt: Runtime, call: ObservedCall, *, result=None, error: BaseExceptio
                 if close_llm_span(span.get_span_context().span_id):
                     span.update_name(spec.qualname)  # one LLM-call span per call: the client's
                     span.set_attribute("autometrics.wraps_llm_call", True)
+                elif "gen_ai.request.model" in spec.llm_attrs and (span.attributes or {}).get("gen_ai.request.model"):
+                    # the call named its model itself (update_current_span(model=...)): that one stays
+                    span.set_attributes({k: v for k, v in spec.llm_attrs.items() if k != "gen_ai.request.model"})
                 else:
-                    have = span.attributes or {}
-                    span.set_attributes({k: v for k, v in spec.llm_attrs.items() if k not in have})
+                    span.set_attributes(spec.llm_attrs)
             if spec.auto_name and span.name == spec.name:
                 model = (span.attributes or {}).get("gen_ai.request.model")
                 if isinstance(model, str) and model:  # the model became known inside the call
