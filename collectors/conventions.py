@@ -24,7 +24,6 @@ from __future__ import annotations
 import contextvars
 import json
 import re
-import threading
 
 __all__ = ["call_fields", "drop_empty", "trace_fields", "trace_attributes", "TRACE_ATTRIBUTES", "stamp", "open_llm_span",
            "close_llm_span"]
@@ -219,7 +218,6 @@ def stamp(span) -> None:
 
 # ``@observe(model=...)`` spans in flight (span id -> an instrumented client call started inside)
 _LLM_SPANS: dict[int, bool] = {}
-_LLM_LOCK = threading.Lock()
 _CLIENT_OPS = frozenset({"chat", "text_completion", "generate_content", "embeddings"})
 
 
@@ -235,9 +233,8 @@ def _is_client_call(span) -> bool:
 def open_llm_span(span_id: int) -> None:
     """An ``@observe(model=...)`` call's span started: watch for a client call inside it."""
     if len(_LLM_SPANS) >= 100_000:  # calls that never ended (a generator dropped unconsumed): forget the oldest
-        with _LLM_LOCK:
-            _LLM_SPANS.pop(next(iter(_LLM_SPANS), None), None)
-    _LLM_SPANS[span_id] = False  # one dict operation: atomic, no lock needed
+        _LLM_SPANS.pop(next(iter(_LLM_SPANS), None), None)
+    _LLM_SPANS[span_id] = False  # single dict operations: atomic under the GIL, no lock
 
 
 def close_llm_span(span_id: int) -> bool:

@@ -88,12 +88,10 @@ class Runtime:
             return None
         if self.store_processor.saw_trace(tid):
             return True
-        sampler = self._root_sampler
-        if sampler is None:
+        if self._root_sampler is None:
             return None
-        if sampler is ALWAYS_ON:
-            return True
-        return tid & TraceIdRatioBased.TRACE_ID_LIMIT < sampler.bound
+        # the root sampler's own decision for this id (a root span here is recorded exactly when it says so)
+        return self._root_sampler.should_sample(None, tid, "feedback").decision.is_sampled()
 
     def flush(self, timeout: float) -> bool:
         deadline = time.monotonic() + timeout
