@@ -26,7 +26,7 @@ import json
 import re
 
 __all__ = ["call_fields", "drop_empty", "trace_fields", "trace_attributes", "TRACE_ATTRIBUTES", "stamp", "open_llm_span",
-           "close_llm_span"]
+           "close_llm_span", "client_call_inside"]
 
 # in order of preference: one whole JSON list, then flattened messages, then other tools' text
 _INPUT_KEYS = ("gen_ai.input.messages", "gen_ai.prompt", "langfuse.observation.input")
@@ -235,6 +235,16 @@ def open_llm_span(span_id: int) -> None:
     if len(_LLM_SPANS) >= 100_000:  # calls that never ended (a generator dropped unconsumed): forget the oldest
         _LLM_SPANS.pop(next(iter(_LLM_SPANS), None), None)
     _LLM_SPANS[span_id] = False  # single dict operations: atomic under the GIL, no lock
+
+
+def client_call_inside(span) -> None:
+    """An instrumented client that creates its span only after the call (LiteLLM's callback) is
+    about to call the LLM inside ``span``: when that is an ``@observe(model=...)`` call, the
+    client's span will be the LLM call."""
+    if _LLM_SPANS and span is not None:
+        sid = span.get_span_context().span_id
+        if sid in _LLM_SPANS:
+            _LLM_SPANS[sid] = True
 
 
 def close_llm_span(span_id: int) -> bool:

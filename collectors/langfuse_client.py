@@ -192,11 +192,19 @@ def feedback_score(row: dict, environment: str | None = None) -> dict:
         value = float(value)
     return _score_body(id=row["id"], traceId=row["trace_id"], observationId=row.get("span_id"), name=row["name"], value=value,
                        dataType=dtype, comment=row.get("comment"), metadata={"source": row.get("source"), "kind": row["kind"]},
-                       environment=environment)
+                       environment=environment, timestamp=_iso_ns(row.get("created_at_ns")))
+
+
+def _iso_ns(ns) -> str | None:
+    """When the feedback was given (its score's timestamp in Langfuse), to the microsecond."""
+    if not ns:
+        return None
+    t = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc) + dt.timedelta(microseconds=int(ns) // 1000)
+    return t.isoformat().replace("+00:00", "Z")
 
 
 def _score_body(**fields) -> dict:
-    fields.setdefault("timestamp", dt.datetime.now(dt.timezone.utc).isoformat().replace("+00:00", "Z"))
+    fields["timestamp"] = fields.get("timestamp") or dt.datetime.now(dt.timezone.utc).isoformat().replace("+00:00", "Z")
     return {k: v for k, v in fields.items() if v is not None}
 
 

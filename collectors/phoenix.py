@@ -28,6 +28,7 @@ from urllib.parse import urlsplit
 from ..metricbank.errors import DataError, Unavailable, UserError
 from .convert import span_row
 from .feedback import FeedbackValueError, make_feedback_row
+from .imports import ImportCounts, iso_ns, skip, store_imported, versioned_id
 
 __all__ = ["parse_phoenix_url", "phoenix_client", "import_phoenix", "annotate_phoenix", "ImportCounts", "PhoenixSource"]
 
@@ -56,29 +57,8 @@ def phoenix_client(base_url: str):
     return Client(base_url=base_url, api_key=os.environ.get("PHOENIX_API_KEY") or None)
 
 
-def _ns(ts) -> int | None:
-    if not ts:
-        return None
-    t = dt.datetime.fromisoformat(str(ts).replace("Z", "+00:00"))
-    if t.tzinfo is None:
-        t = t.replace(tzinfo=dt.timezone.utc)
-    return (t - dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)) // dt.timedelta(microseconds=1) * 1000
-
-
-def _feedback_id(a: dict) -> str:
-    """One feedback id per annotation *version*: an annotation edited in Phoenix (same id, later
-    ``updated_at``) is a new, later item, which the training frame's ``latest`` rule then reads."""
-    stamp = _iso(a.get("updated_at") or a.get("created_at")) or ""
-    digits = "".join(ch for ch in stamp if ch.isdigit())[:14]
-    return f"phoenix:{a['id']}:{digits}"[:64]
-
-
 def _iso(ts) -> str | None:
     return None if ts is None or ts != ts else str(ts)
-
-
-class ImportCounts(dict):
-    """``spans``, ``traces``, ``feedback`` imported and ``annotations_skipped`` (with reasons)."""
 
 
 def _row(span: dict, project: str) -> dict:
@@ -88,7 +68,7 @@ def _row(span: dict, project: str) -> dict:
         a.setdefault("openinference.span.kind", kind)  # Phoenix returns it beside the attributes
     ctx = span.get("context") or {}
     return span_row(trace_id=ctx["trace_id"], span_id=ctx["span_id"], parent_span_id=span.get("parent_id"), name=span.get("name") or "",
-                    kind="INTERNAL", start_time_ns=_ns(span.get("start_time")), end_time_ns=_ns(span.get("end_time")),
+                    kind="INTERNAL", start_time_ns=iso_ns(span.get("start_time")), end_time_ns=iso_ns(span.get("end_time")),
                     status=_STATUS.get(span.get("status_code"), "UNSET"), status_message=span.get("status_message") or None,
                     attributes=a, resource={"service.name": project, "autometrics.project": project}, scope=None,
                     events=[(e.get("name"), e.get("attributes") or {}) for e in span.get("events") or []])
@@ -103,8 +83,7 @@ def import_phoenix(client, phoenix_project: str, store, *, project: str | None =
     rows = [_row(s, project) for s in spans]
     trace_of = {r["span_id"]: r["trace_id"] for r in rows}
     counts = ImportCounts(spans=len(rows), traces=len({r["trace_id"] for r in rows}), feedback=0, annotations_skipped={})
-    if rows:
-        store.write(rows, [])
+    store_imported(store, rows, [], counts, "annotations_skipped")
     fb = []
     ids = list(trace_of)
     for i in range(0, len(ids), 200):  # the client sends span ids in the query string: in chunks
@@ -118,25 +97,12 @@ def import_phoenix(client, phoenix_project: str, store, *, project: str | None =
             try:
                 fb.append(make_feedback_row(trace_of[span_id], a["annotation_name"], value, comment=a.get("result.explanation"),
                                             span_id=span_id, source=f"phoenix:{str(a.get('annotator_kind') or '').lower()}",
-                                            id=_feedback_id(a), timestamp=_iso(a.get("updated_at") or a.get("created_at")),
+                                            id=versioned_id("phoenix", a["id"], a.get("updated_at") or a.get("created_at")),
+                                            timestamp=_iso(a.get("updated_at") or a.get("created_at")),
                                             project=project))
             except FeedbackValueError as exc:
-                key = f"{a.get('annotation_name')}: {exc.code}"
-                counts["annotations_skipped"][key] = counts["annotations_skipped"].get(key, 0) + 1
-    if fb:
-        from .store.feedback_rules import FeedbackRejected
-
-        try:
-            store.write([], fb)
-        except FeedbackRejected as exc:  # e.g. a label of another kind than the name's: the others are kept
-            bad = {p["index"] for p in exc.problems}
-            for p in exc.problems:
-                key = f"{fb[p['index']]['name']}: {p['code']}"
-                counts["annotations_skipped"][key] = counts["annotations_skipped"].get(key, 0) + 1
-            fb = [r for i, r in enumerate(fb) if i not in bad]
-            if fb:
-                store.write([], fb)
-    counts["feedback"] = len(fb)
+                skip(counts, "annotations_skipped", f"{a.get('annotation_name')}: {exc.code}")
+    store_imported(store, [], fb, counts, "annotations_skipped")
     return counts
 
 

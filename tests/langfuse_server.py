@@ -57,6 +57,7 @@ __all__ = ["LangfuseTestServer", "OpenAPIValidator", "SpecError", "load_spec", "
 OTLP_PATH = "/api/public/otel/v1/traces"
 SCORES_PATH = "/api/public/scores"
 CONFIGS_PATH = "/api/public/score-configs"
+READ_PATHS = ("/api/public/v2/observations", "/api/public/v3/scores")  # answered by tests/langfuse_reads.py
 
 
 def spec_path() -> Path:
@@ -102,7 +103,16 @@ class OpenAPIValidator:
             s = self.schema(s["$ref"].rsplit("/", 1)[-1])
         return s
 
-    def validate(self, value, schema: dict, where: str = "$") -> None:
+    def _all_props(self, s: dict) -> dict:
+        """Properties of a schema and of everything it composes with allOf."""
+        props = dict(s.get("properties", {}))
+        for sub in s.get("allOf", []):
+            props.update(self._all_props(self.resolve(sub)))
+        return props
+
+    def validate(self, value, schema: dict, where: str = "$", _part: bool = False) -> None:
+        """``_part``: ``schema`` is one member of an allOf, whose own properties need not cover the
+        object's (the composition's union is checked once, by the composing schema)."""
         s = self.resolve(schema)
         if value is None:
             if schema.get("nullable") or s.get("nullable"):
@@ -121,7 +131,7 @@ class OpenAPIValidator:
             else:
                 raise SpecError(f"{where}: matches none of {key}: {problems}")
         for sub in s.get("allOf", []):
-            self.validate(value, sub, where)
+            self.validate(value, sub, where, _part=True)
         t = s.get("type")
         if t and not self._TYPES[t](value):
             raise SpecError(f"{where}: expected {t}, got {type(value).__name__}")
@@ -132,12 +142,13 @@ class OpenAPIValidator:
                 if req not in value:
                     raise SpecError(f"{where}: missing required {req!r}")
             props = s.get("properties", {})
+            known = self._all_props(s)
             for k, v in value.items():
                 if k in props:
                     self.validate(v, props[k], f"{where}.{k}")
                 elif s.get("additionalProperties") is False:
                     raise SpecError(f"{where}: unknown property {k!r}")
-                elif props and s.get("additionalProperties") is None and not s.get("allOf"):
+                elif known and s.get("additionalProperties") is None and not _part and k not in known:
                     raise SpecError(f"{where}: property {k!r} is not in the spec's schema")
         if t == "array" and "items" in s:
             for i, item in enumerate(value):
@@ -172,6 +183,7 @@ class LangfuseTestServer:
         self.validator = OpenAPIValidator(load_spec())
         self.spans: list[dict] = []
         self.scores: list[dict] = []
+        self.score_records: list[dict] = []  # what the read API serves: each accepted score with its id and times
         self.configs: dict[str, dict] = {}
         self.errors: list[str] = []
         self.requests: list[tuple[str, str]] = []
@@ -310,6 +322,16 @@ class LangfuseTestServer:
                 u = urlparse(self.path)
                 if not self._admit(u.path):
                     return
+                if u.path in READ_PATHS:
+                    from langfuse_reads import read_page
+
+                    with srv.lock:
+                        spans, records = list(srv.spans), list(srv.score_records)
+                    try:
+                        body, schema = read_page(u.path, parse_qs(u.query), spans, records)
+                    except SpecError as exc:
+                        return self._bad(400, str(exc))
+                    return self._reply(200, body, schema)
                 if u.path == CONFIGS_PATH:
                     q = parse_qs(u.query)
                     page, limit = int(q.get("page", ["1"])[0]), int(q.get("limit", ["50"])[0])
@@ -372,7 +394,9 @@ class LangfuseTestServer:
                                 return self._bad(400, "bad trace/span ids")
                             got.append({"name": sp.name, "scope": ss.scope.name, "trace_id": sp.trace_id.hex(),
                                         "span_id": sp.span_id.hex(), "parent_span_id": sp.parent_span_id.hex() or None,
-                                        "resource": resource, "attributes": {kv.key: _otlp_value(kv.value) for kv in sp.attributes}})
+                                        "resource": resource, "attributes": {kv.key: _otlp_value(kv.value) for kv in sp.attributes},
+                                        "start_ns": sp.start_time_unix_nano, "end_ns": sp.end_time_unix_nano,
+                                        "status_code": sp.status.code, "status_message": sp.status.message or None})
                 with srv.lock:
                     srv.spans.extend(got)
                 self._send(200, ExportTraceServiceResponse().SerializeToString(), "application/x-protobuf")
@@ -421,8 +445,13 @@ class LangfuseTestServer:
                         accepted.append(item)
                     except (SpecError, ValueError) as exc:
                         problems.append({"message": str(exc)[:300]})
+                now = _now_iso()
+                records = [{**item, "id": item.get("id") or uuid.uuid4().hex, "_received": now,
+                            "_data_type": item.get("dataType") or (srv.configs[item["configId"]]["dataType"] if item.get("configId")
+                                                                   else None)} for item in accepted]
                 with srv.lock:
                     srv.scores.extend(accepted)
+                    srv.score_records.extend(records)
                     srv.errors.extend(p["message"] for p in problems)
                 if problems:
                     return self._reply(207, {"accepted": len(accepted), "rejected": len(problems), "errors": problems})

@@ -186,7 +186,11 @@ class TraceTables:
                     "project", "start_time", "session_id", "user_id", "tags", "metadata", "conversation", "feedback_ns"]
         if sp.empty:
             return pd.DataFrame(columns=[c for c in out_cols if c != "references" or refs_col])
-        sp = sp.sort_values(["trace_id", "start_time_ns", "end_time_ns"], ascending=[True, True, False], kind="stable")
+        # start order; a parent before its child when both start in the same tick (times read back
+        # from a tool that keeps milliseconds only, e.g. Langfuse's API)
+        sp["_depth"] = _depths(sp)
+        sp = sp.sort_values(["trace_id", "start_time_ns", "_depth", "end_time_ns"], ascending=[True, True, True, False],
+                            kind="stable")
         sp = _innermost_usage(sp)
         g = sp.groupby("trace_id", sort=False)
         summary = pd.DataFrame(
@@ -274,6 +278,20 @@ def _covered(sp, has):
         covered |= frontier
         frontier = {parent_of[k] for k in frontier if k in parent_of} - covered
     return key.isin(covered)
+
+
+def _depths(sp) -> list[int]:
+    """Each span's depth in its trace (0: no parent among the rows), for ordering ties."""
+    tids, sids, pids = sp["trace_id"].tolist(), sp["span_id"].tolist(), sp["parent_span_id"].tolist()
+    parent = {(t, s): p for t, s, p in zip(tids, sids, pids, strict=True)}
+    out = []
+    for t, p in zip(tids, pids, strict=True):
+        d = 0
+        while isinstance(p, str) and (t, p) in parent and d < 256:  # deeper than any call tree; a cycle stops
+            d += 1
+            p = parent[(t, p)]
+        out.append(d)
+    return out
 
 
 def _innermost_usage(sp):

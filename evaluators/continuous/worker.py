@@ -211,7 +211,7 @@ def job_line(key: str, out: dict) -> str:
     """One log line per job: what it refit, scored, pushed and alerted."""
     parts = [f"worker {key} job {out.get('job')}:"]
     for src in out.get("pulled", []):
-        parts.append(f"read {src.get('spans', 0)} span(s) and {src.get('feedback', 0)} annotation(s) from {src.get('source')}"
+        parts.append(f"read {src.get('spans', 0)} span(s) and {src.get('feedback', 0)} label(s) from {src.get('source')}"
                      if "error" not in src else f"source not read: {src['error']}")
     if "refit" in out:
         parts.append(str(out["refit"]))

@@ -163,6 +163,10 @@ def add_commands(subparsers) -> None:
                    help="an Arize Phoenix project (phoenix+http://host:6006/<project>): its spans and span annotations are "
                         "read into the store before each job, and scores, rationales and warnings are written back as span "
                         "annotations on each trace's root span (PHOENIX_API_KEY when set)")
+    w.add_argument("--read-langfuse", nargs="?", const="", default=None, metavar="URL",
+                   help="read the Langfuse project's traces and its scores under the --target names into the store before "
+                        "each job (keys from LANGFUSE_PUBLIC_KEY/LANGFUSE_SECRET_KEY; URL: langfuse+https://host, default "
+                        "LANGFUSE_BASE_URL); with --langfuse on|auto the evaluator's scores go back as Langfuse scores")
     w.add_argument("--langfuse-max-attempts", type=count(1), default=10, metavar="N",
                    help="failed Langfuse deliveries of a trace's scores (or of an alert) before giving up on it; a trace "
                         "counts as pushed only once Langfuse acknowledged it, a failed one is retried next cycle (default 10)")
@@ -283,6 +287,12 @@ def cmd_worker(args) -> int:
         from autometrics.collectors.phoenix import PhoenixSource
 
         sources.append(PhoenixSource(args.phoenix, project=mon.cfg.project))
+    if args.read_langfuse is not None:  # and Langfuse's traces and scores
+        from autometrics.collectors.langfuse_source import LangfuseSource, langfuse_api, parse_langfuse_url
+
+        base = parse_langfuse_url(args.read_langfuse) if args.read_langfuse else None
+        langfuse_api(base)  # no keys: a clear error now, not a failing pull in every job
+        sources.append(LangfuseSource(base, project=mon.cfg.project, names=[mon.cfg.target]))
     w = Worker(mon.store, mon.cfg, opts, publishers=pubs, sources=sources)
     print(f"worker: {mon.store!r}, project {mon.cfg.project!r}, target {mon.cfg.target!r}; dashboard {dashboard}", flush=True)
     with _job_log():

@@ -276,8 +276,8 @@ def _inventory(store) -> dict:
 def load_fit_data(args):
     """``autometrics fit``'s data as a :class:`~autometrics.evaluators.data.Dataset`, plus lines
     to print about where it came from."""
-    if str(args.data).lower().startswith("phoenix+"):
-        return _load_phoenix(args)
+    if str(args.data).lower().startswith(("phoenix+", "langfuse+")):
+        return _load_remote(args)
     url = store_url_of(args.data)
     if url is None:
         for flag, val in (("--project", args.project), ("--since", args.since)):
@@ -298,33 +298,46 @@ def load_fit_data(args):
     return ds, [f"read {len(frame)} labelled trace(s) from {label}: the frame `autometrics worker` refits on"]
 
 
-def _load_phoenix(args):
-    """``fit phoenix+http://host:6006/<project>``: the project's spans and span annotations copied
+def _load_remote(args):
+    """``fit phoenix+http://host:6006/<project>`` or ``fit langfuse+https://host``: the project's
+    spans and labels (Phoenix span annotations, Langfuse scores under the target names) copied
     into a throwaway SQLite store, then read as the worker reads a store (same frame, same
     grouping by conversation)."""
     import tempfile
 
-    from autometrics.collectors.phoenix import import_phoenix, parse_phoenix_url, phoenix_client
     from autometrics.collectors.store import TraceStore
 
-    base, phx_project = parse_phoenix_url(str(args.data))
     since = parse_since(args.since) if args.since is not None else None
-    with tempfile.TemporaryDirectory(prefix="autometrics-phoenix-") as tmp:
-        url = f"sqlite:///{Path(tmp) / 'phoenix.db'}"
+    phoenix = str(args.data).lower().startswith("phoenix+")
+    if phoenix:
+        from autometrics.collectors.phoenix import import_phoenix, parse_phoenix_url, phoenix_client
+
+        base, project = parse_phoenix_url(str(args.data))
+        label, what, skipped_key = f"Phoenix {base} (project {project!r})", "annotation", "annotations_skipped"
+    else:
+        from autometrics.collectors.langfuse_source import import_langfuse, langfuse_api, parse_langfuse_url
+
+        base = parse_langfuse_url(str(args.data))
+        project = project_name(args.project) if args.project else "langfuse"
+        label, what, skipped_key = f"Langfuse {base}", "score", "scores_skipped"
+    with tempfile.TemporaryDirectory(prefix="autometrics-import-") as tmp:
+        url = f"sqlite:///{Path(tmp) / 'import.db'}"
         store = TraceStore(url)
         try:
-            counts = import_phoenix(phoenix_client(base), phx_project, store, names=list(args.target), start_time=since)
+            if phoenix:
+                counts = import_phoenix(phoenix_client(base), project, store, names=list(args.target), start_time=since)
+            else:
+                counts = import_langfuse(langfuse_api(base), store, project=project, names=list(args.target), since=since)
         except Exception as exc:
             if isinstance(exc, (UserError, DataError)):
                 raise
-            raise DataError(f"could not read Phoenix project {phx_project!r} at {base}: {type(exc).__name__}: {exc}") from exc
+            raise DataError(f"could not read {label}: {type(exc).__name__}: {exc}") from exc
         finally:
             store.dispose()
-        frame = store_training_frame(url, list(args.target), phx_project, None)
+        frame = store_training_frame(url, list(args.target), project, None)
     group_col = args.group_col or "conversation"
-    label = f"Phoenix {base} (project {phx_project!r})"
     ds = load_dataset(frame, args.target, input_col=args.input_col, output_col=args.output_col,
                       reference_cols=args.reference_col, id_col=args.id_col or None, group_col=group_col, source=label)
-    skipped = "; ".join(f"{k}: {v}" for k, v in counts["annotations_skipped"].items())
-    return ds, [f"read {counts['spans']} span(s) of {counts['traces']} trace(s) and {counts['feedback']} annotation(s) from "
-                f"{label}" + (f" (annotations not read: {skipped})" if skipped else "")]
+    skipped = "; ".join(f"{k}: {v}" for k, v in counts[skipped_key].items())
+    return ds, [f"read {counts['spans']} span(s) of {counts['traces']} trace(s) and {counts['feedback']} {what}(s) from "
+                f"{label}" + (f" ({what}s not read: {skipped})" if skipped else "")]

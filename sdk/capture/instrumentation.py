@@ -55,6 +55,7 @@ import os
 import threading
 from collections.abc import Callable
 
+from autometrics.collectors.conventions import client_call_inside
 from autometrics.metricbank.errors import UserError
 from opentelemetry import context as otel_context
 from opentelemetry import trace
@@ -350,7 +351,8 @@ def _litellm_callback(mode: str):
         """LiteLLM's OpenTelemetry callback, its spans parented to the caller's span."""
 
         def log_pre_api_call(self, model, messages, kwargs):
-            _adopt_parent(kwargs, at_start=True)
+            if _adopt_parent(kwargs, at_start=True):  # this call's span is made later, after the call:
+                client_call_inside(trace.get_current_span())  # tell an @observe(model=...) around it now
 
         def log_success_event(self, kwargs, response_obj, start_time, end_time):
             if _adopt_parent(kwargs, at_start=False):

@@ -11,6 +11,7 @@ import asyncio
 import json
 import time
 
+import pandas as pd
 import pytest
 from fake_llm_server import FakeLLMServer
 from waiting import stored_spans
@@ -369,7 +370,35 @@ def test_observe_with_model_around_an_instrumented_client_is_one_llm_call(captur
     client_span = calls.set_index("trace_id").loc[wrapped]
     assert client_span["model"] == "gpt-4o-mini" and client_span["input_tokens"] > 0
     outer = df[(df["trace_id"] == wrapped) & df["name"].str.endswith("answer")]
-    assert len(outer) == 1, df[df["trace_id"] == wrapped]["name"].tolist() and outer.iloc[0]["model"] is None and _attrs(outer.iloc[0])["autometrics.wraps_llm_call"] is True
+    assert len(outer) == 1, df[df["trace_id"] == wrapped]["name"].tolist()
+    assert pd.isna(outer.iloc[0]["model"]) and _attrs(outer.iloc[0])["autometrics.wraps_llm_call"] is True
     assert client_span["parent_span_id"] == outer.iloc[0]["span_id"]
     frame = capture.training_frame("thumbs", include_unlabelled=True).set_index("id")
     assert frame.loc[wrapped, "model"] == "gpt-4o-mini"
+
+
+def test_observe_with_model_around_litellm_is_one_llm_call(capture, inst, llm, sqlite_url):
+    """The same with LiteLLM, whose instrumentation makes its span only after the call returned
+    (in a callback): the observed function still only wraps the call, and the model is LiteLLM's."""
+    _need("litellm")
+    import litellm
+
+    capture.configure(store_url=sqlite_url, langfuse=False, spool=False)
+    inst.instrument("litellm")
+
+    @capture.observe(model="my-label")
+    def answer(q):
+        return litellm.completion(model="openai/m-lite", api_base=llm.url, api_key="k",
+                                  messages=[{"role": "user", "content": q}]).choices[0].message.content
+
+    @capture.observe
+    def handle(q):
+        return answer(q), capture.current_trace_id()
+
+    _, tid = handle("through litellm")
+    df = stored_spans(sqlite_url, 3, capture)
+    calls = df[(df["trace_id"] == tid) & (df["operation"] == "chat")]
+    assert len(calls) == 1 and calls.iloc[0]["model"] == "m-lite", df[["name", "model", "operation"]].to_dict("records")
+    outer = df[(df["trace_id"] == tid) & df["name"].str.endswith("answer")]
+    assert len(outer) == 1 and pd.isna(outer.iloc[0]["model"]) and _attrs(outer.iloc[0])["autometrics.wraps_llm_call"] is True
+    assert calls.iloc[0]["parent_span_id"] == outer.iloc[0]["span_id"]
