@@ -55,6 +55,10 @@ code{background:#eef1f4;padding:1px 4px;border-radius:3px;font-size:.9em}
 .on{color:#56606b;font-size:.8em;font-style:italic}.fig{font-weight:600}
 #versions td.txt{min-width:260px}.contradicts{color:#9b2c22}.story{background:#eef4fc;border:1px solid #b5cdee;border-radius:8px;padding:6px 12px;margin:6px 0}
 svg text{font-size:11px;fill:#56606b}
+details.stat summary{cursor:pointer;color:#56606b;font-size:.9em}details.stat .stat{margin-top:8px}
+nav{margin:8px 0}nav a{margin-right:14px}form.filters{background:#fff;border:1px solid #dde1e6;border-radius:8px;padding:8px 12px;display:flex;flex-wrap:wrap;gap:8px 14px;align-items:end}
+form.filters label{display:flex;flex-direction:column;font-size:.8em;color:#56606b}form.filters input,form.filters select{font-size:1em;padding:2px 4px}
+.pager{margin:10px 0}.pager a{margin-right:12px}pre.txt{white-space:pre-wrap;max-width:none;background:#fff;border:1px solid #dde1e6;padding:8px;border-radius:6px}
 @media (max-width:900px){.grid{grid-template-columns:1fr}}
 """
 
@@ -185,6 +189,18 @@ def _svg_histograms(ref, cur, w=540, h=240, bins=20, ref_name="fit time") -> str
     return "".join(o)
 
 
+def _headline(figs) -> int:
+    """Which agreement figure leads: live agreement once it rests on 30 or more feedback points
+    (what the evaluator does now), else the newest held-out feedback at the refit, else the fit's."""
+    for i, (key, _, (s, label)) in enumerate(figs):
+        if key == "live" and label and (s.get("n") or 0) >= 30 and s.get("tau") is not None:
+            return i
+    for i, (key, _, (s, _label)) in enumerate(figs):
+        if key == "heldout" and s.get("tau") is not None:
+            return i
+    return next((i for i, (k, _, _) in enumerate(figs) if k == "fit-test"), 0)
+
+
 def _figure_card(key: str, head: str, s: dict, label: str) -> str:
     """A card for one agreement figure: τ, CI, p and, always, the data it was computed on."""
     return (f"<div class='stat' id='{key}'><div class='l'>{html.escape(head)}</div><div class='v'>{_f(s.get('tau'))}</div>"
@@ -267,8 +283,11 @@ def _contributions_table(champ: dict, scores: pd.DataFrame) -> str:
     return "".join(o)
 
 
-def render_dashboard(monitor, *, title: str | None = None, sample: int = 8, seed: int = 0) -> str:
-    """The dashboard page for one :class:`~autometrics.evaluators.continuous.monitor.Monitor`."""
+def render_dashboard(monitor, *, title: str | None = None, sample: int = 8, seed: int = 0, trace_href=None,
+                     nav: str = "", stamp: bool = True) -> str:
+    """The dashboard page for one :class:`~autometrics.evaluators.continuous.monitor.Monitor`.
+    ``trace_href(trace_id)``: where a trace id links to (the served dashboard's trace view);
+    ``nav``: HTML put under the title (the served pages' links); ``stamp``: say when it was made."""
     e = html.escape
     cfg = monitor.cfg
     versions = monitor.versions()
@@ -286,7 +305,9 @@ def render_dashboard(monitor, *, title: str | None = None, sample: int = 8, seed
            f"<title>{e(title or 'AutoMetrics dashboard')}: {e(cfg.target)}</title><style>{_CSS}</style></head><body><main>",
            f"<h1>{e(title or 'AutoMetrics dashboard')} — <code>{e(cfg.target)}</code></h1>",
            f"<div class='meta'>Project <b>{e(cfg.project)}</b>" + (f" · Task: {e(cfg.task)}" if cfg.task else "")
-           + f" · store {e(repr(monitor.store))} · generated {e(_when(__import__('time').time_ns()))}</div>"]
+           + f" · store {e(repr(monitor.store))}"
+           + (f"<span class='generated'> · generated {e(_when(__import__('time').time_ns()))}</span>" if stamp else "")
+           + f"</div>{nav}"]
     # ---- validity: is the evaluator that scores these traces better than chance?
     if champ:
         v = fig.validity(champ)
@@ -308,8 +329,15 @@ def render_dashboard(monitor, *, title: str | None = None, sample: int = 8, seed
                    f"<div class='l'>{e(champ['method'] or '')} · fitted {e(_when(champ['created_at_ns']))} on {champ['n_feedback']} feedback points</div></div>")
         figs = [("heldout", "Kendall τ, champion/challenger", fig.holdout(champ)), ("fit-test", "Kendall τ, fit-time", fig.fit_test(champ)),
                 ("live", "Kendall τ, live", fig.live(champ))]
-        for key, head, (s, label) in figs:
+        # one headline agreement figure (the freshest one measured on enough feedback), the others one click away
+        first = _headline(figs)
+        key, head, (s, label) = figs[first]
+        out.append(_figure_card(key, f"Agreement with people: {head}", s, label))
+        others = [f for i, f in enumerate(figs) if i != first]
+        out.append(f"<details class='stat' id='other-figures'><summary>Other agreement figures ({len(others)})</summary>")
+        for key, head, (s, label) in others:
             out.append(_figure_card(key, head, s, label or f"{fig.LIVE}: not measured yet (no feedback newer than the fit has an online score)"))
+        out.append("</details>")
         story = fig.reconcile([f for _, _, f in figs])
     else:
         out.append("<div class='stat'><div class='l'>Current evaluator</div><div class='v'>none yet</div>"
@@ -390,7 +418,10 @@ def render_dashboard(monitor, *, title: str | None = None, sample: int = 8, seed
         for r in samp.itertuples():
             rats = json.loads(r.rationales) if isinstance(r.rationales, str) else []
             tx = texts.loc[r.trace_id] if r.trace_id in texts.index else None
-            out.append(f"<tr><td><code>{e(r.trace_id[:12])}…</code><div class='meta'>{e(_when(r.trace_start_ns))}</div></td>"
+            tid = f"<code>{e(r.trace_id[:12])}…</code>"
+            if trace_href is not None:
+                tid = f"<a href='{e(trace_href(r.trace_id))}'>{tid}</a>"
+            out.append(f"<tr><td>{tid}<div class='meta'>{e(_when(r.trace_start_ns))}</div></td>"
                        f"<td class='txt'>{e(_short(tx['input'] if tx is not None else ''))}</td>"
                        f"<td class='txt'>{e(_short(tx['output'] if tx is not None else ''))}</td><td class='n'><b>{r.score:.3g}</b></td>"
                        "<td class='txt'>" + "<br>".join(e(x["text"]) for x in rats) + "</td></tr>")
@@ -407,13 +438,28 @@ def render_dashboard(monitor, *, title: str | None = None, sample: int = 8, seed
     return "\n".join(out)
 
 
+_GENERATED = re.compile(r"<span class='generated'>.*?</span>")
+
+
 def write_dashboard(monitor, path, **kw) -> Path:
-    """Render and write atomically (a browser reloading the page never sees half a file)."""
+    """Render and write atomically (a browser reloading the page never sees half a file), only
+    when the content changed: a worker job that changed nothing leaves the file (and its time) as
+    it is.  The page carries the hash of its content (all but its "generated" time)."""
+    import hashlib
+
     path = Path(path)
     if path.suffix.lower() not in (".html", ".htm"):
         path = path / "dashboard.html"
+    page = render_dashboard(monitor, **kw)
+    marker = f"<!-- autometrics content sha256:{hashlib.sha256(_GENERATED.sub('', page).encode()).hexdigest()} -->"
+    try:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            if marker in fh.read(300):
+                return path
+    except OSError:
+        pass
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(render_dashboard(monitor, **kw), encoding="utf-8")
+    tmp.write_text(page.replace("<!doctype html>", f"<!doctype html>{marker}", 1), encoding="utf-8")
     os.replace(tmp, path)
     return path

@@ -282,6 +282,13 @@ class Evaluator:
     def score(self, data, *, progress: bool = False, **columns) -> pd.DataFrame:
         """Score a file or DataFrame laid out like the training data (column names as at fit time
         unless overridden); returns the rows plus ``autometrics_score`` and the metric columns."""
+        original, ds = self.read(data, **columns)
+        scores = self.score_texts(ds.outputs, ds.inputs if ds.has_input else None, ds.references, progress=progress)
+        return pd.concat([original.reset_index(drop=True), scores], axis=1)
+
+    def read(self, data, **columns):
+        """(the rows as read, the checked dataset) of a file or DataFrame to score: every problem
+        named with its row and column, before anything is scored."""
         cols = self.artifact.get("columns", {})
         # read once: the validated texts and the rows returned to the caller come from one read
         original, source = read_table(data)
@@ -301,8 +308,7 @@ class Evaluator:
                 f"{ds.source}: this evaluator uses reference-based metrics but the data has no reference column; "
                 "pass --reference-col naming it."
             )
-        scores = self.score_texts(ds.outputs, ds.inputs if ds.has_input else None, ds.references, progress=progress)
-        return pd.concat([original.reset_index(drop=True), scores], axis=1)
+        return original, ds
 
     # ---------------------------------------------------------------- rewards
     def as_dspy_metric(self, *, input_field: str | list[str] | None = None, output_field: str | None = None,

@@ -51,6 +51,7 @@ def default_store_url() -> str:
 
 
 from . import retention  # noqa: E402
+from .browse import BrowseTables, TraceFilter  # noqa: E402,F401  (re-exported)
 from .deliveries import DeliveryTables  # noqa: E402
 from .feedback_log import FeedbackTables  # noqa: E402
 from .feedback_rules import (  # noqa: E402
@@ -83,7 +84,7 @@ def _sqlite_pragmas(dbapi_conn, _record) -> None:
     cur.close()
 
 
-class TraceStore(TraceTables, FeedbackTables, VersionTables, OnlineScoreTables, DeliveryTables):
+class TraceStore(TraceTables, FeedbackTables, VersionTables, OnlineScoreTables, DeliveryTables, BrowseTables):
     """Spans and feedback in a SQL database, and everything continuous evaluation keeps there.
 
     One class for callers, one module per aggregate for readers: traces and spans

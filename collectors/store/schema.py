@@ -362,7 +362,13 @@ def _migration_9(conn: sa.Connection) -> None:
     conn.execute(sa.text("CREATE INDEX IF NOT EXISTS ix_spans_user ON spans (user_id)"))
 
 
+def _migration_10(conn: sa.Connection) -> None:
+    """v10: the served dashboard's trace list, newest first across every version of a project's
+    target (with one version chosen, ix_trace_scores_eval_start serves it)."""
+    conn.execute(sa.text("CREATE INDEX IF NOT EXISTS ix_trace_scores_scope_start ON trace_scores (project, target, trace_start_ns)"))
+
+
 MIGRATIONS: list[tuple[int, callable]] = [(1, _migration_1), (2, _migration_2), (3, _migration_3), (4, _migration_4),
                                           (5, _migration_5), (6, _migration_6), (7, _migration_7), (8, _migration_8),
-                                          (9, _migration_9)]
+                                          (9, _migration_9), (10, _migration_10)]
 SCHEMA_VERSION = MIGRATIONS[-1][0]

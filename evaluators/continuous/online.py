@@ -80,6 +80,9 @@ class ScoringOptions:
     judge_tokens_per_hour: int | None = None  # prompt + completion tokens per evaluator and hour
     judge_concurrency: int | None = None  # traces judged at once (None: the evaluator's LLM config)
     judge_url: str | None = None  # OpenAI-compatible base URL for every judge (None: the evaluator's)
+    # scores a batch's texts instead of the evaluator in this process: (evaluator, outputs, inputs) ->
+    # its score_texts frame; e.g. a Dask cluster's (autometrics backfill --engine dask)
+    scorer: object = None
 
     def __post_init__(self):
         if not (self.lease_seconds > 0 and math.isfinite(self.lease_seconds)):
@@ -278,7 +281,8 @@ def _score_batch(store, champ, ev, judges, todo, opts: ScoringOptions, res: Scor
         ok_ids, keep, stop = _run_judges(store, champ, judges, texts, ok_ids, start, opts, res, rows, {t: a for t, _, a in todo})
     if ok_ids:
         sub = texts.loc[ok_ids]
-        scored = ev.score_texts(sub["output"].astype(str).tolist(), inputs=sub["input"].fillna("").astype(str).tolist())
+        outs, ins = sub["output"].astype(str).tolist(), sub["input"].fillna("").astype(str).tolist()
+        scored = opts.scorer(ev, outs, ins) if opts.scorer is not None else ev.score_texts(outs, inputs=ins)
         contrib, rats = explain_scores(ev, scored)
         metrics = scored[[f["feature"] for f in ev.features]].to_dict("records")  # whole columns: no per-row pandas
         parts = contrib.to_dict("records")

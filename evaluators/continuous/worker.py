@@ -243,11 +243,17 @@ def _soon(seconds: float):
     return dt.datetime.now(dt.timezone.utc) + dt.timedelta(seconds=seconds)
 
 
-def dashboard_default(store: TraceStore) -> Path:
-    """Default dashboard path: beside a SQLite database, else in the user data directory."""
+def dashboard_default(store: TraceStore, project: str = "default", target: str | None = None) -> Path:
+    """Default static dashboard path, one file per project and target
+    (``dashboard-<project>-<target>.html``): beside a SQLite database, else in the user data
+    directory.  Two workers of one store never write the same page."""
+    import re
+
     import sqlalchemy as sa
 
+    slug = "-".join(re.sub(r"[^A-Za-z0-9_.]+", "_", x).strip("_.") or "_" for x in (project, target) if x is not None)
+    name = f"dashboard-{slug}.html"
     db = sa.engine.make_url(store.url).database
     if store.dialect == "sqlite" and db and db != ":memory:":
-        return Path(db).expanduser().resolve().parent / "dashboard.html"
-    return data_dir() / "dashboard.html"
+        return Path(db).expanduser().resolve().parent / name
+    return data_dir() / name

@@ -175,6 +175,14 @@ def add_commands(subparsers) -> None:
     w.add_argument("--run-for", type=positive, default=None, help="stop after S seconds (default: until SIGINT/SIGTERM)")
     w.add_argument("--no-jobstore", action="store_true", help="keep APScheduler jobs in memory instead of the store's database")
 
+    bf = subparsers.add_parser("backfill", help="score every unscored trace with the current evaluator on a Dask cluster")
+    _common(bf)
+    bf.add_argument("--scheduler", default=None, metavar="ADDRESS",
+                    help="a running Dask scheduler (tcp://host:8786); default a local cluster of --workers processes")
+    bf.add_argument("--workers", type=count(1), default=None, help="local cluster size (default: one per core)")
+    bf.add_argument("--batch-size", type=count(1), default=20_000,
+                    help="traces claimed, scored on the cluster and stored per round (default 20000)")
+    bf.add_argument("--settle-seconds", type=at_least(0), default=5.0, help="leave traces younger than this to the worker")
     r = subparsers.add_parser("refit", help="refit now: fit a challenger and promote it only if it beats the champion")
     _common(r)
     _fit_opts(r)
@@ -202,7 +210,9 @@ def add_commands(subparsers) -> None:
     d = subparsers.add_parser("dashboard", help="write the built-in dashboard (static HTML), or serve it on 127.0.0.1")
     _common(d)
     d.add_argument("--out", default=None, help="HTML file (default: beside a SQLite store)")
-    d.add_argument("--serve", action="store_true", help="serve it (re-rendered on each request) until Ctrl-C")
+    d.add_argument("--serve", action="store_true",
+                   help="serve the dashboards of every project and target in the store (pages rendered per request: "
+                        "overview, traces with filters, trace view) until Ctrl-C")
     d.add_argument("--host", default="127.0.0.1")
     d.add_argument("--port", type=port, default=8765)
 
@@ -278,7 +288,7 @@ def cmd_worker(args) -> int:
 
     opts = WorkerOptions(refit_interval=args.refit_interval or None, min_new_feedback=args.min_new_feedback or None, poll=args.poll,
                          score_interval=args.score_interval, jobstore=not args.no_jobstore, scoring=_scoring_options(args))
-    dashboard = args.dashboard or str(dashboard_default(mon.store))
+    dashboard = args.dashboard or str(dashboard_default(mon.store, mon.cfg.project, mon.cfg.target))
     # no echo publisher: each job's line comes from the worker's own log (below), which also has failed jobs
     pubs = default_publishers(dashboard=dashboard, langfuse=args.langfuse, langfuse_max_attempts=args.langfuse_max_attempts,
                               phoenix=args.phoenix)
@@ -400,6 +410,34 @@ def cmd_versions(args) -> int:
     return 2
 
 
+def cmd_backfill(args) -> int:
+    """Claim and score the champion's unscored traces in rounds of --batch-size on a Dask cluster:
+    the same claims as the workers take (a worker running meanwhile never scores a trace twice)
+    and the same rows stored (contributions, rationales)."""
+    import math
+    import time
+
+    from autometrics.evaluators.continuous.online import ScoringOptions, score_new
+    from autometrics.evaluators.distributed import check_partitionable, engine, score_texts
+    from autometrics.metricbank.errors import UserError
+
+    mon = _monitor(args, batch_size=args.batch_size, settle_seconds=args.settle_seconds)
+    champ = mon.champion()
+    if champ is None:
+        raise UserError(f"no evaluator for target {mon.cfg.target!r} in project {mon.cfg.project!r} yet: run `autometrics refit`")
+    check_partitionable(mon.champion_evaluator()[1])
+    started = time.perf_counter()
+    with engine(args.scheduler, args.workers) as client:
+        n = len(client.scheduler_info()["workers"])
+        print(f"backfill of v{champ['version']} on Dask ({args.scheduler or f'a local cluster of {n} worker process(es)'})",
+              flush=True)
+        opts = ScoringOptions(scorer=lambda ev, outs, ins: score_texts(ev, outs, ins, client=client))
+        res = score_new(mon.store, mon.cfg, champ, limit_batches=math.ceil(1e12 / args.batch_size), options=opts)
+    secs = time.perf_counter() - started
+    print(f"scored {res.scored} trace(s), {res.written} record(s) stored ({res.no_output} without output) in {secs:.1f} s")
+    return 0
+
+
 def cmd_dashboard(args) -> int:
     from autometrics.evaluators.continuous.worker import dashboard_default
 
@@ -409,15 +447,11 @@ def cmd_dashboard(args) -> int:
         check_page_path(args.out)  # FILE.html, or a folder that gets dashboard.html
     mon = _monitor(args)
     if args.serve:
-        from autometrics.dashboards.web import DashboardServer
-
-        srv = DashboardServer(mon, host=args.host, port=args.port)
-        print(f"serving the dashboard on {srv.url} (Ctrl-C to stop)", flush=True)
-        srv.serve_forever()
+        _serve(mon.store, args.host, args.port, mon.cfg.project, mon.cfg.target, task=mon.cfg.task)
         return 0
     from autometrics.dashboards.render import write_dashboard
 
-    path = write_dashboard(mon, args.out or dashboard_default(mon.store))
+    path = write_dashboard(mon, args.out or dashboard_default(mon.store, mon.cfg.project, mon.cfg.target))
     print(f"wrote {path}\nopen {path.resolve().as_uri()}")
     return 0
 
@@ -431,14 +465,20 @@ def cmd_demo(args) -> int:
     res = run_demo(args.out, no_llm=args.no_llm, seed=args.seed, n_boot=args.n_boot, shuffle_feedback=args.shuffle_feedback,
                    promote_unvalidated=args.promote_unvalidated)
     if args.serve:
-        from autometrics.dashboards.web import DashboardServer
-        from autometrics.evaluators.continuous.monitor import Monitor, MonitorConfig
-
-        mon = Monitor(f"sqlite:///{res['store']}", MonitorConfig(target=TARGET, project=DEMO_PROJECT))
-        srv = DashboardServer(mon, port=args.port, title="AutoMetrics demo (SimpEval)")
-        print(f"serving the dashboard on {srv.url} (Ctrl-C to stop)", flush=True)
-        srv.serve_forever()
+        _serve(f"sqlite:///{res['store']}", "127.0.0.1", args.port, DEMO_PROJECT, TARGET, title="AutoMetrics demo (SimpEval)")
     return 0
+
+
+def _serve(store, host: str, port: int, project: str, target: str, **kw) -> None:
+    """Serve the dashboard app (every project and target of the store) until Ctrl-C."""
+    from urllib.parse import quote
+
+    from autometrics.dashboards.app import serve
+
+    shown = "localhost" if host in ("127.0.0.1", "::1", "localhost") else host
+    print(f"serving the dashboards on http://{shown}:{port}/ — this target: "
+          f"http://{shown}:{port}/p/{quote(project, safe='')}/{quote(target, safe='')} (Ctrl-C to stop)", flush=True)
+    serve(store, host=host, port=port, **kw)
 
 
 def _not_a_real_store(db, demo_project: str) -> None:
@@ -467,4 +507,5 @@ def _not_a_real_store(db, demo_project: str) -> None:
                         "(the default is ./autometrics-demo).")
 
 
-HANDLERS = {"worker": cmd_worker, "refit": cmd_refit, "versions": cmd_versions, "dashboard": cmd_dashboard, "demo": cmd_demo}
+HANDLERS = {"worker": cmd_worker, "refit": cmd_refit, "versions": cmd_versions, "dashboard": cmd_dashboard, "demo": cmd_demo,
+            "backfill": cmd_backfill}

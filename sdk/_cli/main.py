@@ -142,6 +142,12 @@ def _build_parser() -> argparse.ArgumentParser:
     s.add_argument("--raw-csv", action="store_true",
                    help="write cells as they are, even those a spreadsheet would run as formulas (default: such cells "
                         "get a leading apostrophe)")
+    s.add_argument("--engine", choices=["local", "dask"], default="local",
+                   help="dask: score on a Dask cluster, the evaluator shipped to the workers as its artifact (identical scores)")
+    s.add_argument("--scheduler", default=None, metavar="ADDRESS",
+                   help="with --engine dask: a running scheduler (tcp://host:8786); default a local cluster of --workers processes")
+    s.add_argument("--workers", type=count(1), default=None, help="with --engine dask and no --scheduler: worker processes "
+                   "(default: one per core)")
 
     b = sub.add_parser("bank", help="browse MetricBank")
     bsub = b.add_subparsers(dest="bank_command")

@@ -47,7 +47,20 @@ def cmd_score(args) -> int:
     out = check_out_file(args.out, inputs=local_inputs(args.data, args.evaluator), example="scored.csv")
     ev = Evaluator.load(args.evaluator)
     cols = {"input_col": args.input_col, "output_col": args.output_col, "reference_cols": args.reference_col}
-    scored = ev.score(args.data, progress=not args.no_progress, **cols)
+    if getattr(args, "engine", "local") == "dask":
+        from autometrics.evaluators.distributed import check_partitionable, engine, score_frame
+
+        check_partitionable(ev)  # before a cluster is started
+        with engine(args.scheduler, args.workers) as client:
+            where = args.scheduler or f"a local cluster of {len(client.scheduler_info()['workers'])} worker process(es)"
+            print(f"scoring on Dask: {where}", flush=True)
+            scored = score_frame(ev, args.data, client, **cols)
+    else:
+        if args.scheduler or args.workers:
+            from autometrics.metricbank.errors import UserError
+
+            raise UserError("--scheduler and --workers apply to --engine dask; add --engine dask or drop them")
+        scored = ev.score(args.data, progress=not args.no_progress, **cols)
     # cells starting with = + - @ tab: a spreadsheet opening the file would run them
     written, escaped = (scored, 0) if args.raw_csv else spreadsheet_safe(scored)
     atomic_write_text(out, written.to_csv(index=False))  # a failed write keeps the old file

@@ -8,7 +8,6 @@ import shutil
 import struct
 import subprocess
 import sys
-import urllib.request
 import zlib
 
 import numpy as np
@@ -226,19 +225,30 @@ def test_dashboard_warning_count_matches_the_listed_warnings(fitted_store, tmp_p
     assert _warning_counts(html) == (0, 0, 0, 0) and "No warnings or alerts" in html
 
 
-def test_dashboard_server_on_loopback(fitted_store):
-    from autometrics.dashboards.web import DashboardServer
-    from autometrics.evaluators.continuous.monitor import Monitor, MonitorConfig
+def test_served_dashboard_pages(fitted_store):
+    """The served app (in process): index → overview → trace list → trace view, all linked; a
+    bad filter value is named; an unknown scope or trace is a 404."""
+    import re
 
-    srv = DashboardServer(Monitor(fitted_store, MonitorConfig(target="score", project="p")), port=0).start()
-    try:
-        assert srv.url.startswith("http://127.0.0.1:")
-        body = urllib.request.urlopen(srv.url, timeout=30).read().decode()
-        assert "Evaluator versions" in body
-        with pytest.raises(urllib.error.HTTPError):
-            urllib.request.urlopen(srv.url + "etc/passwd", timeout=10)
-    finally:
-        srv.stop()
+    from autometrics.dashboards.app import create_app
+    from starlette.testclient import TestClient
+
+    c = TestClient(create_app(fitted_store))
+    home = c.get("/")
+    assert home.status_code == 200 and "/p/p/score" in home.text
+    over = c.get("/p/p/score")
+    assert over.status_code == 200 and "Evaluator versions" in over.text and "id='other-figures'" in over.text
+    assert over.headers["content-security-policy"].startswith("default-src 'none'")
+    listing = c.get("/p/p/score/traces?version=all")
+    assert listing.status_code == 200
+    ids = re.findall(r"class='trace' href='(/p/p/score/traces/[0-9a-f]{32})'", listing.text)
+    assert ids
+    view = c.get(ids[0])
+    assert view.status_code == 200 and "id='input'" in view.text and "contribution to the score" in view.text
+    bad = c.get("/p/p/score/traces?label_min=high")
+    assert bad.status_code == 400 and "label_min must be a number" in bad.text
+    assert c.get("/p/p/nope").status_code == 404 and c.get("/p/p/score/traces/" + "0" * 32).status_code == 404
+    assert c.get("/etc/passwd").status_code == 404
 
 
 @pytest.mark.browser
