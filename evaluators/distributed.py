@@ -67,9 +67,10 @@ def _evaluator(text: str) -> Evaluator:
     return Evaluator(json.loads(text))
 
 
-def _score_part(text: str, key: str, outputs: list, inputs, references) -> pd.DataFrame:
+def _score_part(text: str, key: str, part: tuple) -> pd.DataFrame:
     """On a worker: one partition's scores (the evaluator built once per process)."""
     del key  # the artifact's hash: makes the cache's key explicit in the task graph
+    outputs, inputs, references = part
     return _evaluator(text).score_texts(outputs, inputs, references, progress=False)
 
 
@@ -100,8 +101,10 @@ def score_texts(ev: Evaluator, outputs: list, inputs=None, references=None, *, c
     check_partitionable(ev)
     text, key = _artifact(ev)
     shipped = client.scatter(text, broadcast=True)
-    futures = [client.submit(_score_part, shipped, key, outputs[a:b], None if inputs is None else inputs[a:b],
-                             None if references is None else references[a:b], pure=False)
-               for a, b in _bounds(len(outputs), client, partition_rows)]
+    bounds = _bounds(len(outputs), client, partition_rows)
+    # the partitions' texts go to the workers as data, not inside the task graph
+    data = client.scatter([(outputs[a:b], None if inputs is None else inputs[a:b], None if references is None else references[a:b])
+                           for a, b in bounds])
+    futures = [client.submit(_score_part, shipped, key, part, pure=False) for part in data]
     parts = client.gather(futures)
     return pd.concat(parts, ignore_index=True) if parts else ev.score_texts([], None, None)
