@@ -36,7 +36,7 @@ from urllib.parse import urlsplit
 from ..metricbank.errors import Unavailable, UserError
 from .convert import span_row
 from .feedback import FeedbackValueError, make_feedback_row
-from .imports import ImportCounts, iso_ns, skip, store_imported, versioned_id
+from .imports import ImportCounts, IncrementalSource, iso_ns, skip, store_imported, versioned_id
 
 __all__ = ["parse_langfuse_url", "langfuse_api", "import_langfuse", "LangfuseSource", "OBSERVATION_FIELDS"]
 
@@ -147,7 +147,9 @@ def _feedback(s: dict, project: str) -> dict:
                              kind=meta["kind"] if ours else None, span_id=span_id,
                              source=(meta.get("source") or f"langfuse:{source}") if ours else f"langfuse:{source}",
                              id=str(s["id"]) if ours else versioned_id("langfuse", s["id"], s.get("updatedAt") or s.get("timestamp")),
-                             timestamp=_iso(s.get("timestamp")), project=project)
+                             # an edit keeps the score's timestamp: its update time orders the versions ("latest")
+                             timestamp=_iso(s.get("timestamp") if ours else (s.get("updatedAt") or s.get("timestamp"))),
+                             project=project)
 
 
 def _iso(t) -> str | None:
@@ -176,10 +178,16 @@ def import_langfuse(api, store, *, project: str, names=None, since: dt.datetime 
     evaluator scores pushed back are not read as labels) given since ``scores_since`` into
     ``store`` under ``project``."""
     opts = {"max_retries": 2, "timeout_in_seconds": 60}
-    rows = [_row(o, project) for o in _pages(
-        lambda c: api.observations.get_many(fields=OBSERVATION_FIELDS, limit=min(page_size, 1000), cursor=c,
-                                            from_start_time=since, request_options=opts), limit=limit)]
+    rows, no_trace = [], 0
+    for o in _pages(lambda c: api.observations.get_many(fields=OBSERVATION_FIELDS, limit=min(page_size, 1000), cursor=c,
+                                                        from_start_time=since, request_options=opts), limit=limit):
+        if not o.get("traceId"):  # the API allows an observation outside any trace: nothing to learn from
+            no_trace += 1
+            continue
+        rows.append(_row(o, project))
     counts = ImportCounts(spans=len(rows), traces=len({r["trace_id"] for r in rows}), feedback=0, scores_skipped={})
+    if no_trace:
+        counts["observations_without_trace"] = no_trace
     store_imported(store, rows, [], counts, "scores_skipped")
     fb = []
     for s in _pages(lambda c: api.scores.get_many(limit=100, cursor=c, fields="details,subject",
@@ -193,29 +201,21 @@ def import_langfuse(api, store, *, project: str, names=None, since: dt.datetime 
     return counts
 
 
-class LangfuseSource:
-    """The worker's view of a Langfuse project (``Worker(sources=[...])``): before each job, the
-    observations started since the last pull (less a 10-minute overlap: Langfuse's other read
-    paths lag by minutes, and spans arrive late) and the scores under ``names`` given since then
-    are copied into the store under ``project``; copying again stores nothing twice.  (A score
-    edited in Langfuse keeps its first timestamp: an edit older than the window is not re-read.)"""
+class LangfuseSource(IncrementalSource):
+    """The worker's view of a Langfuse project: the observations started since the last pull
+    (less a 10-minute overlap: Langfuse's other read paths lag by minutes, and spans arrive late)
+    and the scores under ``names`` given since then (see :class:`IncrementalSource`).  A score
+    edited in Langfuse keeps its first timestamp: an edit older than the window is not re-read."""
 
     def __init__(self, base_url: str | None = None, *, project: str, names=None, overlap_s: float = 600.0):
+        super().__init__(project=project, names=names, overlap_s=overlap_s)
         self.base_url = base_url
-        self.project = project
-        self.names = names
-        self.overlap = dt.timedelta(seconds=overlap_s)
-        self._since: dt.datetime | None = None
         self._api = None
 
     def __repr__(self) -> str:
         return f"Langfuse {self.base_url or '(LANGFUSE_BASE_URL)'}"
 
-    def pull(self, store) -> dict:
-        started = dt.datetime.now(dt.timezone.utc)
+    def _copy(self, store, since) -> dict:
         if self._api is None:
             self._api = langfuse_api(self.base_url)
-        counts = import_langfuse(self._api, store, project=self.project, names=self.names, since=self._since,
-                                 scores_since=self._since)
-        self._since = started - self.overlap
-        return {"source": repr(self), **counts}
+        return import_langfuse(self._api, store, project=self.project, names=self.names, since=since, scores_since=since)

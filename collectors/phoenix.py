@@ -28,7 +28,7 @@ from urllib.parse import urlsplit
 from ..metricbank.errors import DataError, Unavailable, UserError
 from .convert import span_row
 from .feedback import FeedbackValueError, make_feedback_row
-from .imports import ImportCounts, iso_ns, skip, store_imported, versioned_id
+from .imports import ImportCounts, IncrementalSource, iso_ns, skip, store_imported, versioned_id
 
 __all__ = ["parse_phoenix_url", "phoenix_client", "import_phoenix", "annotate_phoenix", "ImportCounts", "PhoenixSource"]
 
@@ -97,7 +97,7 @@ def import_phoenix(client, phoenix_project: str, store, *, project: str | None =
             try:
                 fb.append(make_feedback_row(trace_of[span_id], a["annotation_name"], value, comment=a.get("result.explanation"),
                                             span_id=span_id, source=f"phoenix:{str(a.get('annotator_kind') or '').lower()}",
-                                            id=versioned_id("phoenix", a["id"], a.get("updated_at") or a.get("created_at")),
+                                            id=versioned_id("phoenix", a["id"], a.get("updated_at") or a.get("created_at"), digits=14),
                                             timestamp=_iso(a.get("updated_at") or a.get("created_at")),
                                             project=project))
             except FeedbackValueError as exc:
@@ -123,32 +123,25 @@ def annotate_phoenix(client, scores: list[dict], *, name: str, validated: bool |
     return len(batch)
 
 
-class PhoenixSource:
-    """The worker's view of a Phoenix project (``Worker(sources=[...])``): before each job, the
-    spans started since the last pull (less a 10-minute overlap for late spans) and all their
-    annotations are copied into the store under ``project``; copying again stores nothing twice."""
+class PhoenixSource(IncrementalSource):
+    """The worker's view of a Phoenix project: the spans started since the last pull (less a
+    10-minute overlap for late spans) and all their annotations (see :class:`IncrementalSource`)."""
 
     def __init__(self, url: str, *, project: str | None = None, names=None, overlap_s: float = 600.0):
         self.base, self.phoenix_project = parse_phoenix_url(url)
-        self.project = project or self.phoenix_project
-        self.names = names
-        self.overlap = dt.timedelta(seconds=overlap_s)
-        self._since: dt.datetime | None = None
+        super().__init__(project=project or self.phoenix_project, names=names, overlap_s=overlap_s)
         self._client = None
 
     def __repr__(self) -> str:
         return f"Phoenix {self.base} project {self.phoenix_project!r}"
 
-    def pull(self, store) -> dict:
-        started = dt.datetime.now(dt.timezone.utc)
+    def _copy(self, store, since) -> dict:
         if self._client is None:
             self._client = phoenix_client(self.base)
         try:
-            counts = import_phoenix(self._client, self.phoenix_project, store, project=self.project, names=self.names,
-                                    start_time=self._since)
+            return import_phoenix(self._client, self.phoenix_project, store, project=self.project, names=self.names,
+                                  start_time=since)
         except Exception as exc:
             if "404" in str(exc):  # the project has no span yet
-                return {"source": repr(self), "spans": 0, "feedback": 0}
+                return {"spans": 0, "feedback": 0}
             raise
-        self._since = started - self.overlap
-        return {"source": repr(self), **counts}

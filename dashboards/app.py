@@ -87,7 +87,7 @@ def create_app(store: TraceStore | str, *, title: str | None = None, task: str |
             versions = monitor(p, t).versions()
             models = store.distinct_models(p)
             try:
-                offset = max(0, int(q.get("offset") or 0))
+                offset = min(max(0, int(q.get("offset") or 0)), 10**9)
             except ValueError:
                 offset = 0
             try:
@@ -103,13 +103,15 @@ def create_app(store: TraceStore | str, *, title: str | None = None, task: str |
                                          seconds=time.perf_counter() - started, error=str(exc)), 400
             cap = 100_000
             rows, total = store.scored_traces(p, t, f, limit=pages.PAGE_SIZE, offset=offset, count_up_to=cap)
-            return pages.traces_page(p, t, rows, total, form, versions, models, offset=offset, capped=total >= cap,
+            return pages.traces_page(p, t, rows, min(total, cap), form, versions, models, offset=offset, capped=total > cap,
                                      seconds=time.perf_counter() - started), 200
         body, status = await run_in_threadpool(render)
         return html(body, status)
 
     async def trace(request: Request):
         p, t, tid = request.path_params["project"], request.path_params["target"], request.path_params["trace_id"]
+        if not await run_in_threadpool(known, p, t):
+            return not_found(f"no evaluator for target {t!r} in project {p!r}")
 
         def render():
             spans = store.spans_frame(trace_id=tid)

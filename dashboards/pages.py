@@ -51,7 +51,7 @@ def _num(q: dict, key: str) -> float | None:
         x = float(v)
     except ValueError:
         raise FilterError(f"{key} must be a number, not {v!r}") from None
-    if not math.isfinite(x):
+    if not math.isfinite(x) or abs(x) > 1e300:
         raise FilterError(f"{key} must be a finite number, not {v!r}")
     return x
 
@@ -66,6 +66,8 @@ def _time(q: dict, key: str) -> int | None:
         raise FilterError(f"{key} must be a date and time like 2026-12-06T14:30 (UTC), not {v!r}") from None
     if t.tzinfo is None:
         t = t.replace(tzinfo=dt.timezone.utc)
+    if not 1970 <= t.year <= 2200:
+        raise FilterError(f"{key} must be between 1970 and 2200, not {v!r}")
     return int(t.timestamp() * 1e9)
 
 

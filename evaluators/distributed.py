@@ -21,7 +21,7 @@ import pandas as pd
 from ..metricbank.errors import Unavailable, UserError
 from .evaluator import Evaluator
 
-__all__ = ["engine", "score_frame", "score_texts", "check_partitionable"]
+__all__ = ["engine", "score_frame", "score_texts", "check_partitionable", "metric_scorer"]
 
 
 @contextlib.contextmanager
@@ -108,3 +108,52 @@ def score_texts(ev: Evaluator, outputs: list, inputs=None, references=None, *, c
     futures = [client.submit(_score_part, shipped, key, part, pure=False) for part in data]
     parts = client.gather(futures)
     return pd.concat(parts, ignore_index=True) if parts else ev.score_texts([], None, None)
+
+
+def _metrics_part(metrics: list, part: tuple):
+    """On a worker: ``score_metrics`` of one partition."""
+    from .features import score_metrics
+
+    outputs, inputs, references = part
+    return score_metrics(metrics, outputs, inputs, references)
+
+
+def metric_scorer(client, *, partition_rows: int | None = None):
+    """A drop-in for :func:`~autometrics.evaluators.features.score_metrics` that scores the
+    row-independent metrics on the cluster, partition by partition, and the rest (corpus
+    statistics, LLM judges) here on the whole batch: the same columns, in the same order, with
+    the same values as one process.  A metric that fails on any partition is left out with a note,
+    as one process leaves out a metric that fails on the batch."""
+    from .features import score_metrics
+
+    def score(metrics, outputs, inputs, references, *, progress: bool = False):
+        here = [m for m in metrics if getattr(m, "batch_dependent", False) or (hasattr(m, "spec") and hasattr(m, "llm_config"))]
+        there = [m for m in metrics if m not in here]
+        X_here, meta, notes = score_metrics(here, outputs, inputs, references, progress=progress) if here else (
+            pd.DataFrame(index=range(len(outputs))), {}, [])
+        parts = []
+        if there and len(outputs):
+            shipped = client.scatter(there, broadcast=True)
+            bounds = _bounds(len(outputs), client, partition_rows)
+            data = client.scatter([(outputs[a:b], None if inputs is None else inputs[a:b],
+                                    None if references is None else references[a:b]) for a, b in bounds])
+            parts = client.gather([client.submit(_metrics_part, shipped, d, pure=False) for d in data])
+        if parts:
+            common = set(parts[0][0].columns).intersection(*(set(p[0].columns) for p in parts[1:]))
+            for p in parts:
+                for note in p[2]:
+                    if note not in notes:
+                        notes.append(note)
+                for k, v in p[1].items():
+                    meta.setdefault(k, v)
+            lost = sorted({c for p in parts for c in p[0].columns} - common)
+            if lost:
+                notes.append(f"{', '.join(lost)}: left out, failed on part of the rows")
+            X_there = pd.concat([p[0][[c for c in p[0].columns if c in common]] for p in parts], ignore_index=True)
+        else:
+            X_there = pd.DataFrame(index=range(len(outputs)))
+        both = pd.concat([X_here.reset_index(drop=True), X_there.reset_index(drop=True)], axis=1)
+        order = [c for m in metrics for c in m.feature_names() if c in both.columns]
+        return both[order], {k: meta[k] for k in order if k in meta}, notes
+
+    return score

@@ -62,7 +62,11 @@ class BrowseTables:
         if f.model:  # a few models share every trace: probe each candidate's spans by key
             cond.append(sa.exists().where(spans.c.trace_id == s.c.trace_id, spans.c.model == f.model))
         if f.label_min is not None or f.label_max is not None:
-            fb = [feedback.c.trace_id == s.c.trace_id, feedback.c.name == target]
+            # the trace's newest label under the target (the one the page shows and a fit reads)
+            newer = feedback.alias("newer")
+            newest = (sa.select(newer.c.id).where(newer.c.trace_id == s.c.trace_id, newer.c.name == target)
+                      .order_by(newer.c.created_at_ns.desc(), newer.c.id.desc()).limit(1).scalar_subquery())
+            fb = [feedback.c.trace_id == s.c.trace_id, feedback.c.name == target, feedback.c.id == newest]
             if f.label_min is not None:
                 fb.append(feedback.c.value >= float(f.label_min))
             if f.label_max is not None:
@@ -75,15 +79,16 @@ class BrowseTables:
         """(page, total) of scored traces under ``f``, newest first: the page a DataFrame with
         ``trace_id, evaluator_id, score, error, trace_start_ns`` plus ``label`` (the newest
         target feedback), ``model``, ``user_id``, ``session_id``, ``input``, ``output`` (of the
-        outermost span with content); ``total`` counts matches up to ``count_up_to`` (then it
-        is that bound: "more than")."""
+        outermost span with content); ``total`` counts matches up to ``count_up_to`` + 1 (more
+        than ``count_up_to``: "more than")."""
         import pandas as pd
 
         s = trace_scores
         cond = self._where(project, target, f)
+        # a total order (one trace has a row per version): pages never repeat or skip a row
         q = (sa.select(s.c.trace_id, s.c.evaluator_id, s.c.score, s.c.error, s.c.trace_start_ns).where(*cond)
-             .order_by(s.c.trace_start_ns.desc(), s.c.trace_id).limit(limit).offset(offset))
-        counted = sa.select(sa.func.count()).select_from(sa.select(s.c.trace_id).where(*cond).limit(count_up_to).subquery())
+             .order_by(s.c.trace_start_ns.desc().nulls_last(), s.c.trace_id, s.c.evaluator_id).limit(limit).offset(offset))
+        counted = sa.select(sa.func.count()).select_from(sa.select(s.c.trace_id).where(*cond).limit(count_up_to + 1).subquery())
         with self.engine.connect() as conn:
             page = pd.DataFrame([tuple(r) for r in conn.execute(q).all()],
                                 columns=["trace_id", "evaluator_id", "score", "error", "trace_start_ns"])
@@ -109,7 +114,7 @@ class BrowseTables:
             if d.get("input") is None and (inp is not None or outp is not None):  # the outermost span with content
                 d["input"], d["output"] = inp, outp
         fq = (sa.select(feedback.c.trace_id, feedback.c.value, feedback.c.value_text)
-              .where(feedback.c.trace_id.in_(ids), feedback.c.name == target).order_by(feedback.c.created_at_ns))
+              .where(feedback.c.trace_id.in_(ids), feedback.c.name == target).order_by(feedback.c.created_at_ns, feedback.c.id))
         for tid, value, text in conn.execute(fq).all():
             out[tid]["label"] = value if value is not None else text  # the newest wins
         return out

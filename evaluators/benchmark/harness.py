@@ -271,7 +271,8 @@ def run_benchmark(
     an LLM), ``use_bank``, ``dna_aspects``, ``judge_mode``, ``llm_cache`` (path or "off"),
     ``llm_concurrency``, ``llm_timeout``, ``llm_max_retries``, ``threads`` (BLAS/OpenMP threads
     while methods fit and predict; default 1, which avoids oversubscription on shared machines
-    with these small models; None: library defaults).
+    with these small models; None: library defaults), ``metric_scorer`` (scores the MetricBank
+    features instead of one process, e.g. ``distributed.metric_scorer(client)`` on a Dask cluster).
     """
     started_all = time.perf_counter()
     seed_list = list(range(seeds)) if isinstance(seeds, int) else [int(s) for s in seeds]
@@ -324,7 +325,7 @@ def run_benchmark(
     needs_features = any(k in ("best_metric", "metametrics") or (k == "autometrics" and not llm) for k in run_keys)
     if needs_features:
         reused = features is not None
-        features = features if features is not None else MetricFeatures(metrics, bank=bank)
+        features = features if features is not None else MetricFeatures(metrics, bank=bank, scorer=options.get("metric_scorer"))
         before = features.seconds
         echo(f"scoring {len(lab)} rows with MetricBank ({'metrics: ' + ','.join(metrics) if metrics else 'bank ' + bank}) ...")
         features.ensure(lab)
@@ -410,7 +411,9 @@ def run_benchmark(
                "fingerprint": "sha256:" + lab.fingerprint(), "task": task, "criterion": criterion}
     settings = {"seeds": seed_list, "test_size": test_size, "methods": chosen, "llm": llm, "judge_llm": judge_llm or llm,
                 "bank": bank, "metrics": metrics, "threads": threads, "split": "grouped by " + (ds.columns.get("group") or ("input" if lab.has_input else "id")),
-                "options": {k: (v if isinstance(v, str | int | float | bool | type(None)) else repr(v)) for k, v in options.items()},
+                "options": {k: (v if isinstance(v, str | int | float | bool | type(None)) else repr(v)) for k, v in options.items()
+                            if k != "metric_scorer"},
+                "metric_scoring": "distributed" if options.get("metric_scorer") else "one process",
                 "total_seconds": round(time.perf_counter() - started_all, 2)}
     return BenchmarkResult(dataset=dataset, settings=settings, methods=results, shared=shared, notes=notes,
                            created_at=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"))

@@ -113,7 +113,8 @@ class MetricFeatures:
     chosen from the first rows scored: reference-based metrics only if they have references).
     """
 
-    def __init__(self, metrics=None, *, bank: str = "cpu", progress: bool = False):
+    def __init__(self, metrics=None, *, bank: str = "cpu", progress: bool = False, scorer=None):
+        self._scorer = scorer  # score_metrics by default; e.g. distributed.metric_scorer(client) on a Dask cluster
         self._metrics = metrics
         self.bank = bank
         self.progress = progress
@@ -153,8 +154,9 @@ class MetricFeatures:
             return
         sub = rows.subset(todo_pos)
         started = time.perf_counter()
-        X, meta, notes = score_metrics(self._metric_list(sub), sub.outputs, sub.inputs if sub.has_input else None,
-                                       sub.references, progress=self.progress)
+        X, meta, notes = (self._scorer or score_metrics)(self._metric_list(sub), sub.outputs,
+                                                         sub.inputs if sub.has_input else None, sub.references,
+                                                         progress=self.progress)
         self.seconds += time.perf_counter() - started
         if self.names is None:
             if X.shape[1] == 0:

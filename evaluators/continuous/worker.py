@@ -247,11 +247,15 @@ def dashboard_default(store: TraceStore, project: str = "default", target: str |
     """Default static dashboard path, one file per project and target
     (``dashboard-<project>-<target>.html``): beside a SQLite database, else in the user data
     directory.  Two workers of one store never write the same page."""
+    import hashlib
     import re
 
     import sqlalchemy as sa
 
-    slug = "-".join(re.sub(r"[^A-Za-z0-9_.]+", "_", x).strip("_.") or "_" for x in (project, target) if x is not None)
+    parts = [x for x in (project, target) if x is not None]
+    slug = "-".join(re.sub(r"[^A-Za-z0-9_.]+", "_", x).strip("_.") or "_" for x in parts)
+    if slug != "-".join(parts):  # names changed by the slug ("thumbs up", "thumbs/up"): a hash keeps them apart
+        slug += "-" + hashlib.sha256("\0".join(parts).encode()).hexdigest()[:8]
     name = f"dashboard-{slug}.html"
     db = sa.engine.make_url(store.url).database
     if store.dialect == "sqlite" and db and db != ":memory:":

@@ -59,6 +59,10 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     b.add_argument("--llm-concurrency", type=count(1, 256), default=None)
     b.add_argument("--llm-timeout", type=positive, default=None)
     b.add_argument("--llm-cache", default=None, help="LLM reply cache (SQLite path; 'off' disables)")
+    b.add_argument("--engine", choices=["local", "dask"], default="local",
+                   help="dask: score the MetricBank features on a Dask cluster (the same values as one process)")
+    b.add_argument("--scheduler", default=None, metavar="ADDRESS", help="with --engine dask: a running scheduler")
+    b.add_argument("--workers", type=count(1), default=None, help="with --engine dask and no --scheduler: worker processes")
     return b
 
 
@@ -80,15 +84,30 @@ def cmd_benchmark(args) -> int:
         from autometrics.evaluators.judges.generate import QUICK_COUNTS
 
         counts = QUICK_COUNTS
-    result = run_benchmark(
-        args.data, args.target, seeds=args.seeds, methods=methods, llm=args.llm, judge_llm=args.judge_llm, task=args.task,
-        criterion=args.criterion, test_size=args.test_size, max_rows=args.max_rows, sample_seed=args.sample_seed,
-        input_col=args.input_col, output_col=args.output_col, reference_cols=args.reference_col, id_col=args.id_col or None,
-        group_col=args.group_col, bank=args.bank, metrics=metrics,
-        echo=print, top_n=args.top_n, gbm_backend=args.gbm, head=args.head, dna_aspects=args.dna_aspects, counts=counts,
-        judge_mode=args.judge_mode, llm_cache=args.llm_cache, llm_concurrency=args.llm_concurrency,
-        llm_timeout=args.llm_timeout,
-    )
+    import contextlib
+
+    cluster = contextlib.nullcontext()
+    if args.engine == "dask":
+        from autometrics.evaluators.distributed import engine, metric_scorer
+
+        cluster = engine(args.scheduler, args.workers)
+    elif args.scheduler or args.workers:
+        raise UserError("--scheduler and --workers apply to --engine dask; add --engine dask or drop them")
+    with cluster as client:
+        scorer = None
+        if client is not None:
+            scorer = metric_scorer(client)
+            n = len(client.scheduler_info()["workers"])
+            print(f"MetricBank features on Dask: {args.scheduler or f'a local cluster of {n} worker process(es)'}", flush=True)
+        result = run_benchmark(
+            args.data, args.target, seeds=args.seeds, methods=methods, llm=args.llm, judge_llm=args.judge_llm, task=args.task,
+            criterion=args.criterion, test_size=args.test_size, max_rows=args.max_rows, sample_seed=args.sample_seed,
+            input_col=args.input_col, output_col=args.output_col, reference_cols=args.reference_col, id_col=args.id_col or None,
+            group_col=args.group_col, bank=args.bank, metrics=metrics,
+            echo=print, top_n=args.top_n, gbm_backend=args.gbm, head=args.head, dna_aspects=args.dna_aspects, counts=counts,
+            judge_mode=args.judge_mode, llm_cache=args.llm_cache, llm_concurrency=args.llm_concurrency,
+            llm_timeout=args.llm_timeout, metric_scorer=scorer,
+        )
     print()
     print(result.table())
     import json

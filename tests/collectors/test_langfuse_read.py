@@ -9,11 +9,13 @@ worker reading only Langfuse fits, scores and writes the scores back, read back 
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import os
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 
 import pandas as pd
@@ -89,7 +91,9 @@ def test_langfuse_labels_of_every_kind(bot_in_langfuse, langfuse_server, tmp_pat
     llm_span = {s["trace_id"]: s["span_id"] for s in langfuse_server.spans if s["parent_span_id"]}
     lf = Langfuse(public_key=langfuse_server.public_key, secret_key=langfuse_server.secret_key, base_url=langfuse_server.url)
     lf.create_score(name="helpful", value=True, trace_id=tids[0], observation_id=llm_span[tids[0]], data_type="BOOLEAN")
-    lf.create_score(name="helpful", value=False, trace_id=tids[1], data_type="BOOLEAN", score_id="edited-1")
+    edited = str(uuid.uuid4())  # a UUID as Langfuse's UI gives: the versioned feedback id is hashed to fit 64 characters
+    first_time = dt.datetime.now(dt.timezone.utc)
+    lf.create_score(name="helpful", value=False, trace_id=tids[1], data_type="BOOLEAN", score_id=edited, timestamp=first_time)
     lf.create_score(name="helpful", value="good", trace_id=tids[2], data_type="CATEGORICAL")
     lf.create_score(name="helpful", value="a fine answer", trace_id=tids[3], data_type="TEXT")
     lf.create_score(name="helpful", value=True, session_id="conv-0", data_type="BOOLEAN")
@@ -98,7 +102,9 @@ def test_langfuse_labels_of_every_kind(bot_in_langfuse, langfuse_server, tmp_pat
     counts = import_langfuse(langfuse_api(), fresh, project="bot", names=["helpful", "score"])
     assert (counts["spans"], counts["traces"], counts["feedback"]) == (2 * N, N, N + 3)
     assert counts["scores_skipped"] == {"helpful: text_score": 1, "helpful: session_subject": 1}
-    lf.create_score(name="helpful", value=True, trace_id=tids[1], data_type="BOOLEAN", score_id="edited-1")  # changed mind
+    time.sleep(0.01)
+    lf.create_score(name="helpful", value=True, trace_id=tids[1], data_type="BOOLEAN", score_id=edited,
+                    timestamp=first_time)  # changed mind: an edit keeps the score's first timestamp
     lf.flush()
     import_langfuse(langfuse_api(), fresh, project="bot", names=["helpful", "score"])
     f = fresh.training_frame(["helpful"], project="bot").set_index("id")

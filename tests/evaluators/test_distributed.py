@@ -70,3 +70,20 @@ def test_backfill_on_dask_stores_what_the_worker_would(fitted_store, tmp_path):
     pd.testing.assert_frame_equal(fa, fb)
     again = _cli("backfill", "--store", copies["dask"], "--project", "p", "--target", "score", "--workers", "1", "--settle-seconds", "0")
     assert again.returncode == 0 and "scored 0 trace(s)" in again.stdout
+
+
+def test_benchmark_on_dask_gives_the_same_results(tmp_path, datasets_dir):
+    """``autometrics benchmark --engine dask``: the MetricBank features scored on the cluster (CIDEr,
+    a corpus-statistics metric, on the whole batch here) give every method the same τ per split."""
+    common = [str(datasets_dir / "simpeval.csv"), "--target", "score", "--seeds", "2", "--methods", "best_metric,metametrics,autometrics",
+              "--max-rows", "240", "--metrics", "LengthRatio,OutputLength,FKGL,LevenshteinRatio,CIDEr,InputSimilarity"]
+    one = _cli("benchmark", *common, "--out", str(tmp_path / "one"))
+    assert one.returncode == 0, one.stderr[-2000:]
+    dk = _cli("benchmark", *common, "--out", str(tmp_path / "dask"), "--engine", "dask", "--workers", "2")
+    assert dk.returncode == 0, dk.stderr[-2000:]
+    a, b = (json.loads((tmp_path / d / "benchmark.json").read_text()) for d in ("one", "dask"))
+    assert b["settings"]["metric_scoring"] == "distributed" and a["settings"]["metric_scoring"] == "one process"
+    assert a["shared"]["metric_features"] == b["shared"]["metric_features"] and "CIDEr" in a["shared"]["metric_features"]
+    for ma, mb in zip(a["methods"], b["methods"], strict=True):
+        assert ma["method"] == mb["method"] and ma["status"] == "ok"
+        assert [s["tau"] for s in ma["per_seed"]] == [s["tau"] for s in mb["per_seed"]]

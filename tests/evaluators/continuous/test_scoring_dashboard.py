@@ -248,6 +248,9 @@ def test_served_dashboard_pages(fitted_store):
     bad = c.get("/p/p/score/traces?label_min=high")
     assert bad.status_code == 400 and "label_min must be a number" in bad.text
     assert c.get("/p/p/nope").status_code == 404 and c.get("/p/p/score/traces/" + "0" * 32).status_code == 404
+    assert c.get(ids[0].replace("/p/p/score/", "/p/other/score/")).status_code == 404  # a trace only under its own scope
+    far = c.get("/p/p/score/traces?from=9999-01-01T00:00&offset=99999999999999999999")
+    assert far.status_code == 400 and "between 1970 and 2200" in far.text
     assert c.get("/etc/passwd").status_code == 404
 
 
