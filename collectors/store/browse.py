@@ -64,8 +64,9 @@ class BrowseTables:
         if f.label_min is not None or f.label_max is not None:
             # the trace's newest label under the target (the one the page shows and a fit reads)
             newer = feedback.alias("newer")
-            newest = (sa.select(newer.c.id).where(newer.c.trace_id == s.c.trace_id, newer.c.name == target)
-                      .order_by(newer.c.created_at_ns.desc(), newer.c.id.desc()).limit(1).scalar_subquery())
+            newest = (sa.select(newer.c.id).where(newer.c.trace_id == feedback.c.trace_id, newer.c.name == target)
+                      .order_by(newer.c.created_at_ns.desc(), newer.c.id.desc()).limit(1).correlate(feedback)
+                      .scalar_subquery())
             fb = [feedback.c.trace_id == s.c.trace_id, feedback.c.name == target, feedback.c.id == newest]
             if f.label_min is not None:
                 fb.append(feedback.c.value >= float(f.label_min))

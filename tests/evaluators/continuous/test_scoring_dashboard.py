@@ -245,6 +245,12 @@ def test_served_dashboard_pages(fitted_store):
     assert ids
     view = c.get(ids[0])
     assert view.status_code == 200 and "id='input'" in view.text and "contribution to the score" in view.text
+    # the label filter reads each trace's newest label: the count is the scored traces whose one is >= 50
+    from autometrics.collectors.store import TraceStore
+
+    fb = TraceStore(fitted_store).feedback_frame(names=["score"]).sort_values(["created_at_ns", "id"])
+    want = int((fb.groupby("trace_id")["value"].last() >= 50).sum())
+    assert want > 0 and f"<b>{want:,}</b> scored trace(s)" in c.get("/p/p/score/traces?version=all&label_min=50").text
     bad = c.get("/p/p/score/traces?label_min=high")
     assert bad.status_code == 400 and "label_min must be a number" in bad.text
     assert c.get("/p/p/nope").status_code == 404 and c.get("/p/p/score/traces/" + "0" * 32).status_code == 404
