@@ -111,7 +111,7 @@ class _Conn:
         self.last_data = time.monotonic()
 
 
-_REASONS = {400: "Bad Request", 401: "Unauthorized", 408: "Request Timeout", 413: "Content Too Large",
+_REASONS = {400: "Bad Request", 401: "Unauthorized", 408: "Request Timeout", 413: "Content Too Large", 414: "URI Too Long",
             431: "Request Header Fields Too Large", 503: "Service Unavailable"}
 
 
@@ -278,16 +278,18 @@ class BoundedHTTPServer(HTTPServer):
             end = c.buf.find(b"\r\n\r\n", max(0, c.scanned - 3))
             if end < 0:
                 c.scanned = len(c.buf)
-                if len(c.buf) > self.limits.max_header_bytes:
-                    self.event("http_431")
-                    self._refuse(c, 431, f"request headers exceed {self.limits.max_header_bytes} bytes")
+                if len(c.buf) > self.limits.max_header_bytes or (
+                        len(c.buf) > MAX_REQUEST_LINE and c.buf.find(b"\r\n", 0, MAX_REQUEST_LINE + 2) < 0):
+                    self._too_large(c)
                 return
             head = end + 4
-            if head > self.limits.max_header_bytes + 4:
-                self.event("http_431")
-                return self._refuse(c, 431, f"request headers exceed {self.limits.max_header_bytes} bytes")
+            if head > self.limits.max_header_bytes + 4 or c.buf.find(b"\r\n", 0, MAX_REQUEST_LINE + 2) < 0:
+                return self._too_large(c)
             try:
                 method, path, headers = _parse_head(bytes(c.buf[:head]))
+            except _TooManyHeaders as exc:
+                self.event("http_431")
+                return self._refuse(c, 431, str(exc))
             except ValueError as exc:
                 self.event("http_400")
                 return self._refuse(c, 400, f"malformed request head: {exc}")
@@ -310,6 +312,14 @@ class BoundedHTTPServer(HTTPServer):
                         _send_now(c.sock, b"HTTP/1.1 100 Continue\r\n\r\n")
         if c.state in ("head", "body") and len(c.buf) >= c.need:
             self._dispatch(c)
+
+    def _too_large(self, c: _Conn) -> None:
+        """A head over the limit: 414 when its request line alone is (the URI), else 431."""
+        if c.buf.find(b"\r\n", 0, MAX_REQUEST_LINE + 2) < 0 and len(c.buf) > MAX_REQUEST_LINE:
+            self.event("http_414")
+            return self._refuse(c, 414, f"request line longer than {MAX_REQUEST_LINE} bytes")
+        self.event("http_431")
+        return self._refuse(c, 431, f"request headers exceed {self.limits.max_header_bytes} bytes")
 
     def _dispatch(self, c: _Conn) -> None:
         data = bytes(c.buf[:c.need])
@@ -429,6 +439,13 @@ def _send_now(sock: socket.socket, data: bytes) -> None:
         pass
 
 
+MAX_REQUEST_LINE = 8192  # bytes of "METHOD URI HTTP/1.1"; a longer one is 414
+
+
+class _TooManyHeaders(ValueError):
+    pass
+
+
 def _parse_head(head: bytes) -> tuple[str, str, email.message.Message]:
     line, _, rest = head.partition(b"\r\n")
     parts = line.decode("latin-1").split()
@@ -437,6 +454,8 @@ def _parse_head(head: bytes) -> tuple[str, str, email.message.Message]:
     try:
         headers = http.client.parse_headers(io.BytesIO(rest))
     except http.client.HTTPException as exc:
+        if "more than" in str(exc) and "headers" in str(exc):  # "got more than 100 headers"
+            raise _TooManyHeaders(f"more than {http.client._MAXHEADERS} request headers") from None
         raise ValueError(str(exc)[:200]) from None
     return parts[0], parts[1], headers
 

@@ -380,7 +380,9 @@ class CollectorServer:
     def __init__(self, store: TraceStore | str | None = None, *, host: str = "127.0.0.1", port: int = 4318,
                  api_keys: list[str] | tuple = (), allow_no_auth: bool = False, max_body: int | None = None,
                  max_decompressed: int | None = None, langfuse: str = "auto", limits: CollectorLimits | None = None,
-                 cors_origins=()):
+                 cors_origins=(), front: str = "builtin"):
+        """``front``: ``builtin`` (this module's bounded HTTP server, bound here) or ``asgi`` (no
+        socket: :mod:`autometrics.collectors.asgi` serves the endpoints on granian or uvicorn)."""
         keys = [k for k in (api_keys or []) if k]
         self.cors_origins = {_origin(o) for o in (cors_origins or ())}
         if not keys and not allow_no_auth:
@@ -408,9 +410,14 @@ class CollectorServer:
             from .langfuse_client import LangfuseForwarder
 
             self.langfuse = LangfuseForwarder(counters=self.counters, errors=self.errors)
-        self.httpd = BoundedHTTPServer((host, port), _Handler, lim, ByteBudget(lim.memory_budget // 4), early=self._early,
-                                       body_limit=lambda: self.max_body, event=self.counters.add)
-        self.httpd.app = self  # type: ignore[attr-defined]
+        self.address = (host, port)
+        self.httpd = None
+        if front == "builtin":
+            self.httpd = BoundedHTTPServer((host, port), _Handler, lim, ByteBudget(lim.memory_budget // 4), early=self._early,
+                                           body_limit=lambda: self.max_body, event=self.counters.add)
+            self.httpd.app = self  # type: ignore[attr-defined]
+        elif front != "asgi":
+            raise UserError(f"front must be builtin or asgi, not {front!r}")
         self._thread: threading.Thread | None = None
         self.started = time.time()
 
@@ -438,7 +445,7 @@ class CollectorServer:
 
     @property
     def url(self) -> str:
-        host, port = self.httpd.server_address[:2]
+        host, port = (self.httpd.server_address if self.httpd is not None else self.address)[:2]
         return f"http://{host}:{port}"
 
     def health(self) -> tuple[int, dict]:
@@ -459,9 +466,9 @@ class CollectorServer:
         body = {"status": "ok" if state == "ok" else "degraded", "store": state, "schema_version": version,
                 "uptime_s": round(time.time() - self.started, 1), "counters": self.counters.snapshot(),
                 "langfuse": self.langfuse.stats() if self.langfuse is not None else None,
-                "connections": {"open": len(self.httpd.conns), "workers": len(self.httpd._workers),
-                                "buffered_bytes": self.httpd.budget.used, "decoding_bytes": self.decode_budget.used,
-                                "decoding_peak_bytes": self.decode_budget.peak}}
+                "connections": ({"open": len(self.httpd.conns), "workers": len(self.httpd._workers),
+                                 "buffered_bytes": self.httpd.budget.used} if self.httpd is not None else {})
+                | {"decoding_bytes": self.decode_budget.used, "decoding_peak_bytes": self.decode_budget.peak}}
         return (200 if store_ok else 503), body
 
     def forward_spans(self, request) -> None:
@@ -482,8 +489,9 @@ class CollectorServer:
         self.httpd.serve_forever(poll_interval=0.2)
 
     def stop(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        if self.httpd is not None:
+            self.httpd.shutdown()
+            self.httpd.server_close()
         self.writer.stop()
         if self.langfuse is not None:
             self.langfuse.shutdown()
@@ -491,7 +499,8 @@ class CollectorServer:
 
 
 def serve(store_url: str | None = None, *, host: str = "127.0.0.1", port: int = 4318, api_keys: list[str] | None = None,
-          allow_no_auth: bool = False, max_body: int | None = None, langfuse: str = "auto", cors_origins=None, **limits) -> int:
+          allow_no_auth: bool = False, max_body: int | None = None, langfuse: str = "auto", cors_origins=None,
+          front: str = "builtin", **limits) -> int:
     """Run the collector until SIGINT/SIGTERM (the ``autometrics collector serve`` command);
     ``limits``: :class:`CollectorLimits` fields (None: ``AUTOMETRICS_COLLECTOR_*`` or the default)."""
     keys = list(api_keys or [])
@@ -499,6 +508,13 @@ def serve(store_url: str | None = None, *, host: str = "127.0.0.1", port: int = 
     lim = CollectorLimits.from_env(max_body=max_body, **limits)
     origins = list(cors_origins or [])
     origins += [o.strip() for o in os.environ.get("AUTOMETRICS_COLLECTOR_CORS_ORIGINS", "").split(",") if o.strip()]
+    if front == "granian":
+        if not keys and not allow_no_auth:
+            raise UserError("no API key configured: pass --api-key / set AUTOMETRICS_COLLECTOR_API_KEYS, or --no-auth for local testing")
+        from .asgi import serve_granian
+
+        return serve_granian(store_url, host=host, port=port, api_keys=keys, allow_no_auth=allow_no_auth, langfuse=langfuse,
+                             limits=lim, cors_origins=origins)
     app = CollectorServer(store_url, host=host, port=port, api_keys=keys, allow_no_auth=allow_no_auth, langfuse=langfuse, limits=lim,
                           cors_origins=origins)
     stopping = threading.Event()

@@ -166,6 +166,9 @@ def _build_parser() -> argparse.ArgumentParser:
     cs.add_argument("--api-key", action="append", default=None,
                     help="accepted API key (repeatable); also read from $AUTOMETRICS_COLLECTOR_API_KEYS (comma-separated)")
     cs.add_argument("--no-auth", action="store_true", help="accept requests without an API key (local testing only)")
+    cs.add_argument("--front", choices=["builtin", "granian"], default="builtin",
+                    help="the HTTP server: builtin (bounded, per-connection deadlines, the measured default) or granian "
+                         "(a maintained Rust server; the same endpoints as an ASGI app, see docs/store-collector.md)")
     cs.add_argument("--cors-origin", action="append", default=None, metavar="ORIGIN",
                     help="a web page origin (e.g. https://app.example.com) allowed to POST feedback and traces from a "
                          "browser; repeat for several, '*' for any (also $AUTOMETRICS_COLLECTOR_CORS_ORIGINS, comma-separated)")
@@ -429,7 +432,7 @@ def _cmd_collector(args) -> int:
 
     limits = {k[len("limit_"):]: v for k, v in vars(args).items() if k.startswith("limit_") and v is not None}
     return serve(args.store, host=args.host, port=args.port, api_keys=args.api_key, allow_no_auth=args.no_auth,
-                 max_body=args.max_body, langfuse=args.langfuse, cors_origins=args.cors_origin, **limits)
+                 max_body=args.max_body, langfuse=args.langfuse, cors_origins=args.cors_origin, front=args.front, **limits)
 
 
 def main(argv: list[str] | None = None) -> int:

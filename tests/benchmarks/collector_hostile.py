@@ -44,14 +44,24 @@ KEY = "hostile-bench-key"
 
 
 def proc_status(pid: int) -> tuple[int, int]:
-    """(RSS bytes, threads) of process ``pid``."""
+    """(RSS bytes, threads) of process ``pid`` and its child processes (granian serves from a worker process)."""
     rss = threads = 0
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                rss = int(line.split()[1]) * 1024
-            elif line.startswith("Threads:"):
-                threads = int(line.split()[1])
+    pids = [pid]
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as f:
+            pids += [int(x) for x in f.read().split()]
+    except OSError:
+        pass
+    for p in pids:
+        try:
+            with open(f"/proc/{p}/status") as f:
+                for line in f:
+                    if line.startswith("VmRSS:"):
+                        rss += int(line.split()[1]) * 1024
+                    elif line.startswith("Threads:"):
+                        threads += int(line.split()[1])
+        except OSError:
+            pass
     return rss, threads
 
 
@@ -189,24 +199,42 @@ def bombs(port: int, k: int, end: float, bomb: bytes) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--phase-seconds", type=float, default=14.0)
-    ap.add_argument("--out", default=str(Path(__file__).resolve().parent / "results" / "collector_hostile.json"))
+    ap.add_argument("--front", choices=["builtin", "granian"], default="builtin", help="the collector's HTTP server")
+    ap.add_argument("--out", default=None, help="default results/collector_hostile.json (builtin) or collector_hostile_granian.json")
     args = ap.parse_args()
+    if args.out is None:
+        name = "collector_hostile.json" if args.front == "builtin" else f"collector_hostile_{args.front}.json"
+        args.out = str(Path(__file__).resolve().parent / "results" / name)
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 8192) if hard != resource.RLIM_INFINITY else 8192, hard))
 
     tmp = tempfile.mkdtemp(prefix="am-hostile-")
     env = {**os.environ, "AUTOMETRICS_COLLECTOR_BODY_TIMEOUT": "10", "LANGFUSE_PUBLIC_KEY": ""}
+    want = 0
+    if args.front != "builtin":  # the server binds in its own worker: give it a free port
+        with socket.socket() as sk:
+            sk.bind(("127.0.0.1", 0))
+            want = sk.getsockname()[1]
     proc = subprocess.Popen([sys.executable, "-m", "autometrics._cli.main", "collector", "serve", "--store", f"sqlite:///{tmp}/traces.db",
-                             "--port", "0", "--api-key", KEY, "--langfuse", "off"], stdout=subprocess.PIPE, text=True, env=env)
+                             "--port", str(want), "--api-key", KEY, "--langfuse", "off", "--front", args.front],
+                            stdout=subprocess.PIPE, text=True, env=env)
     line = proc.stdout.readline()
     port = int(line.split("http://127.0.0.1:")[1].split()[0])
+    if args.front != "builtin":
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                time.sleep(0.2)
     print(line.strip().replace(KEY, "***"))
     bomb = gzip.compress(b"\0" * (256 << 20), 9)
     mon = Monitor(proc.pid)
     mon.start()
     normal = NormalClient(port)
     normal.start()
-    results = {"limits": line.split("limits: ")[-1].rstrip(")\n"), "phases": []}
+    results = {"front": args.front, "limits": line.split("limits: ")[-1].rstrip(")\n"), "phases": []}
     slow_head = b"POST /v1/traces HTTP/1.1\r\nHost: 127.0.0.1\r\n"
     slow_body = (f"POST /v1/traces HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {KEY}\r\n"
                  "Content-Type: application/x-protobuf\r\nContent-Length: 1000000\r\n\r\n").encode()

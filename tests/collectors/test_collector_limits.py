@@ -178,6 +178,24 @@ def test_unauthenticated_request_refused_before_its_body_is_read(make):
     assert got.startswith(b"HTTP/1.1 401") and took < 1.0 and srv.httpd.budget.peak < 1 << 16
 
 
+def test_oversized_heads_get_their_own_status(make):
+    """A request line over 8 KiB is 414 (URI Too Long), however long the whole head; more than 100
+    header fields, or headers over the byte limit, are 431; a normal request still works."""
+    srv = make()
+    cases = [(b"GET /health?" + b"a" * 70_000 + b" HTTP/1.1\r\nHost: x\r\n\r\n", b"HTTP/1.1 414"),
+             (b"GET /health?" + b"a" * 10_000 + b" HTTP/1.1\r\nHost: x\r\n\r\n", b"HTTP/1.1 414"),
+             (b"GET /health HTTP/1.1\r\nHost: x\r\n" + b"".join(b"X-H%d: v\r\n" % i for i in range(150)) + b"\r\n", b"HTTP/1.1 431"),
+             (b"GET /health HTTP/1.1\r\nHost: x\r\nX-Big: " + b"v" * 70_000 + b"\r\n\r\n", b"HTTP/1.1 431"),
+             (b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", b"HTTP/1.1 200")]
+    for request, status in cases:
+        s = _sock(srv)
+        s.sendall(request)
+        got, _ = _until_closed(s, 5)
+        assert got.startswith(status), (request[:40], got[:60])
+    counters = srv.health()[1]["counters"]
+    assert counters["http_414"] == 2 and counters["http_431"] == 2
+
+
 def test_pipelined_requests_and_expect_100_continue(make):
     srv = make()
     s = _sock(srv)
