@@ -165,11 +165,19 @@ def app_from_env():
     return collector_app(core)
 
 
-def serve_granian(store_url: str | None, *, host: str, port: int, api_keys: list[str], allow_no_auth: bool, langfuse: str,
-                  limits, cors_origins: list[str]) -> int:
+def serve_granian(store_url: str | None = None, *, host: str = "127.0.0.1", port: int = 4318, api_keys=None,
+                  allow_no_auth: bool = False, max_body: int | None = None, langfuse: str = "auto", cors_origins=None,
+                  **limit_values) -> int:
     """Serve the collector on granian (one worker process, its HTTP/1 header-read timeout set to
-    the header deadline) until SIGINT/SIGTERM."""
+    the header deadline) until SIGINT/SIGTERM; the arguments are :func:`~.server.serve`'s."""
     import dataclasses
+
+    from ..metricbank.errors import UserError
+    from .server import serve_settings
+
+    api_keys, limits, cors_origins = serve_settings(api_keys, max_body, cors_origins, **limit_values)
+    if not api_keys and not allow_no_auth:
+        raise UserError("no API key configured: pass --api-key / set AUTOMETRICS_COLLECTOR_API_KEYS, or --no-auth for local testing")
 
     from granian import Granian
     from granian.constants import Interfaces

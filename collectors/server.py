@@ -498,23 +498,22 @@ class CollectorServer:
         self.store.dispose()
 
 
-def serve(store_url: str | None = None, *, host: str = "127.0.0.1", port: int = 4318, api_keys: list[str] | None = None,
-          allow_no_auth: bool = False, max_body: int | None = None, langfuse: str = "auto", cors_origins=None,
-          front: str = "builtin", **limits) -> int:
-    """Run the collector until SIGINT/SIGTERM (the ``autometrics collector serve`` command);
-    ``limits``: :class:`CollectorLimits` fields (None: ``AUTOMETRICS_COLLECTOR_*`` or the default)."""
+def serve_settings(api_keys, max_body, cors_origins, **limits) -> tuple[list[str], CollectorLimits, list[str]]:
+    """(API keys, limits, CORS origins) from the flags and the ``AUTOMETRICS_COLLECTOR_*`` variables."""
     keys = list(api_keys or [])
     keys += [k.strip() for k in os.environ.get("AUTOMETRICS_COLLECTOR_API_KEYS", "").split(",") if k.strip()]
     lim = CollectorLimits.from_env(max_body=max_body, **limits)
     origins = list(cors_origins or [])
     origins += [o.strip() for o in os.environ.get("AUTOMETRICS_COLLECTOR_CORS_ORIGINS", "").split(",") if o.strip()]
-    if front == "granian":
-        if not keys and not allow_no_auth:
-            raise UserError("no API key configured: pass --api-key / set AUTOMETRICS_COLLECTOR_API_KEYS, or --no-auth for local testing")
-        from .asgi import serve_granian
+    return keys, lim, origins
 
-        return serve_granian(store_url, host=host, port=port, api_keys=keys, allow_no_auth=allow_no_auth, langfuse=langfuse,
-                             limits=lim, cors_origins=origins)
+
+def serve(store_url: str | None = None, *, host: str = "127.0.0.1", port: int = 4318, api_keys: list[str] | None = None,
+          allow_no_auth: bool = False, max_body: int | None = None, langfuse: str = "auto", cors_origins=None,
+          **limits) -> int:
+    """Run the collector until SIGINT/SIGTERM (the ``autometrics collector serve`` command);
+    ``limits``: :class:`CollectorLimits` fields (None: ``AUTOMETRICS_COLLECTOR_*`` or the default)."""
+    keys, lim, origins = serve_settings(api_keys, max_body, cors_origins, **limits)
     app = CollectorServer(store_url, host=host, port=port, api_keys=keys, allow_no_auth=allow_no_auth, langfuse=langfuse, limits=lim,
                           cors_origins=origins)
     stopping = threading.Event()

@@ -428,11 +428,14 @@ def _cmd_collector(args) -> int:
         print("error: name a subcommand: autometrics collector serve [options] "
               "(see `autometrics collector --help`)", file=sys.stderr)
         return 2
-    from autometrics.collectors.server import serve
+    if args.front == "granian":
+        from autometrics.collectors.asgi import serve_granian as serve
+    else:
+        from autometrics.collectors.server import serve
 
     limits = {k[len("limit_"):]: v for k, v in vars(args).items() if k.startswith("limit_") and v is not None}
     return serve(args.store, host=args.host, port=args.port, api_keys=args.api_key, allow_no_auth=args.no_auth,
-                 max_body=args.max_body, langfuse=args.langfuse, cors_origins=args.cors_origin, front=args.front, **limits)
+                 max_body=args.max_body, langfuse=args.langfuse, cors_origins=args.cors_origin, **limits)
 
 
 def main(argv: list[str] | None = None) -> int:
