@@ -37,3 +37,18 @@ def stored_spans(url: str, n: int, capture, timeout: float = 15.0, settle: float
         got["df"] = store.spans_frame()
     store.dispose()
     return got["df"]
+
+
+def wait_for_http(url: str, proc=None, timeout: float = 60.0) -> bool:
+    """Poll ``url`` (a health endpoint) until it answers 200; False when ``timeout`` passed or the
+    server process ``proc`` exited first."""
+    import httpx
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and (proc is None or proc.poll() is None):
+        try:
+            if httpx.get(url, timeout=2).status_code == 200:
+                return True
+        except httpx.HTTPError:
+            time.sleep(0.2)
+    return False

@@ -13,6 +13,7 @@ import sys
 import time
 
 import pytest
+from waiting import wait_for_http
 
 pytest.importorskip("granian", reason="needs granian (the observe extra)")
 KEY = "granian-test-key"
@@ -32,16 +33,8 @@ def granian_collector(tmp_path):
                              f"sqlite:///{tmp_path / 'c.db'}", "--port", str(port), "--api-key", KEY, "--langfuse", "off",
                              "--cors-origin", "https://app.example"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             env=env, start_new_session=True)
-    import httpx
-
     url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline and proc.poll() is None:
-        try:
-            if httpx.get(f"{url}/health", timeout=1).status_code == 200:
-                break
-        except httpx.HTTPError:
-            time.sleep(0.2)
+    wait_for_http(f"{url}/health", proc, 30)
     if proc.poll() is not None:
         pytest.fail("granian collector did not start: " + proc.stdout.read()[-2000:])
     yield {"url": url, "proc": proc, "db": f"sqlite:///{tmp_path / 'c.db'}"}

@@ -11,10 +11,10 @@ import socket
 import sqlite3
 import subprocess
 import sys
-import time
 
 import pandas as pd
 import pytest
+from waiting import wait_for_http
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 EXTRA = 100_000
@@ -26,7 +26,6 @@ def served(tmp_path_factory):
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
     if not chromium:
         pytest.skip("chromium not installed (apt-get install chromium); .ci/run installs it")
-    import httpx
     from dashboard_data import build_served_store
 
     db = tmp_path_factory.mktemp("served") / "traces.db"
@@ -38,13 +37,7 @@ def served(tmp_path_factory):
                              "p", "--target", "score", "--serve", "--port", str(port)], stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
     base = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and proc.poll() is None:
-        try:
-            if httpx.get(f"{base}/health", timeout=2).status_code == 200:
-                break
-        except httpx.HTTPError:
-            time.sleep(0.2)
+    wait_for_http(f"{base}/health", proc, 60)
     if proc.poll() is not None:
         pytest.fail("the dashboard server did not start: " + proc.stdout.read()[-2000:])
     yield {"base": base, "db": db, "chromium": chromium, **info}
