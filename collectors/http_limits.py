@@ -225,12 +225,24 @@ class BoundedHTTPServer(HTTPServer):
             self._sel.register(sock, selectors.EVENT_READ, c)
 
     def _evict_idle(self) -> bool:
+        """Make room for a new connection at the bound: close the connection idle longest, else
+        the one whose request head has been incomplete longest (answered 408: nothing of it was
+        read, so nothing is lost, and one client holding the bound with half-sent heads cannot
+        lock out the others, /health included).  A request whose headers are in (an authenticated
+        body on its way, a request being run) is never taken."""
         for c in self.conns.values():  # oldest activity first
             if c.state in ("idle", "head", "linger") and not c.buf:
                 if c.state != "linger":
                     self.event("connections_evicted")
                 self._close(c)
                 return True
+        heads = [c for c in self.conns.values() if c.state == "head"]
+        if heads:
+            victim = min(heads, key=lambda c: c.deadline)  # the head that started first
+            self.event("connections_evicted")
+            self.event("heads_evicted")
+            self._refuse(victim, 408, "request headers incomplete while the collector was at its connection limit; retry")
+            return True
         return False
 
     def _read(self, c: _Conn) -> None:

@@ -157,16 +157,33 @@ def test_connection_bound_evicts_idle_then_refuses_busy_with_503(make):
     for s in idle:
         s.close()
     time.sleep(0.3)
+    # half-sent heads (one client holding the bound): the oldest is answered 408 and the newcomer served
     partial = [_sock(srv) for _ in range(20)]
     for s in partial:
-        s.sendall(b"POST /v1/traces HTTP/1.1\r\n")  # mid-request: not evictable
+        s.sendall(b"POST /v1/traces HTTP/1.1\r\n")
+        time.sleep(0.01)
+    time.sleep(0.3)
+    c = http.client.HTTPConnection(*srv.httpd.server_address[:2], timeout=5)
+    c.request("GET", "/health")
+    assert c.getresponse().status == 200 and srv.counters.snapshot()["heads_evicted"] >= 1
+    c.close()
+    first, _ = _until_closed(partial[0], 2)
+    assert first.startswith(b"HTTP/1.1 408")
+    for s in partial:
+        s.close()
+    time.sleep(0.3)
+    # bodies on their way (headers in and authenticated): never taken; a newcomer gets 503
+    bodies = [_sock(srv) for _ in range(20)]
+    for s in bodies:
+        s.sendall(b"POST /v1/feedback HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer k\r\nContent-Type: application/json\r\n"
+                  b"Content-Length: 1000\r\n\r\n[")
     time.sleep(0.3)
     t0 = time.monotonic()
     extra = _sock(srv)
     got, _ = _until_closed(extra, 5)
     assert got.startswith(b"HTTP/1.1 503") and b"too many connections" in got and time.monotonic() - t0 < 1.0
     assert srv.counters.snapshot()["connections_refused"] >= 1
-    for s in partial:
+    for s in bodies:
         s.close()
 
 
