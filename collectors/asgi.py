@@ -21,7 +21,8 @@ import os
 import time
 import types
 
-from .server import CollectorServer, _Handler
+from .limits import BodyError
+from .server import CollectorServer, _Handler, body_length
 
 __all__ = ["collector_app", "app_from_env", "serve_granian", "CONFIG_ENV"]
 
@@ -128,18 +129,10 @@ def collector_app(core: CollectorServer):
         body = b""
         if method == "POST":
             try:
-                expected = int(headers.get("Content-Length", ""))
-            except ValueError:
-                expected = -1
-            if headers.get("Transfer-Encoding") is not None or expected < 0:
-                core.counters.add("http_411")
-                return await respond(send, *_json_reply(411, {"error": "send a Content-Length (chunked bodies are not accepted)"}),
-                                     close=True)
-            if expected > core.max_body:
-                core.counters.add("http_413")
-                return await respond(send, *_json_reply(413, {"error": f"body of {expected} bytes exceeds the limit of "
-                                                                       f"{core.max_body} bytes (AUTOMETRICS_COLLECTOR_MAX_BODY)"}),
-                                     close=True)
+                expected = body_length(headers, core.max_body)  # the built-in front's rule and messages
+            except BodyError as exc:
+                core.counters.add(f"http_{exc.status}")
+                return await respond(send, *_json_reply(exc.status, {"error": str(exc)}), close=True)
             got = await read_body(receive, expected)
             if got is None:
                 core.counters.add("http_408")

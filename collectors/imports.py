@@ -11,7 +11,7 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 
-__all__ = ["ImportCounts", "iso_ns", "versioned_id", "store_imported", "skip", "IncrementalSource"]
+__all__ = ["ImportCounts", "iso_ns", "iso_text", "versioned_id", "store_imported", "skip", "IncrementalSource"]
 
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
 
@@ -28,6 +28,13 @@ def iso_ns(ts) -> int | None:
     if t.tzinfo is None:
         t = t.replace(tzinfo=dt.timezone.utc)
     return (t - _EPOCH) // dt.timedelta(microseconds=1) * 1000
+
+
+def iso_text(t) -> str | None:
+    """A time as ISO 8601 text for a feedback row's ``timestamp`` (None for none or NaT)."""
+    if t is None or t != t:
+        return None
+    return t.isoformat() if isinstance(t, dt.datetime) else str(t)
 
 
 def versioned_id(tool: str, item_id: str, edited, digits: int = 20) -> str:

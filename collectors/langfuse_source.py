@@ -36,7 +36,7 @@ from urllib.parse import urlsplit
 from ..metricbank.errors import Unavailable, UserError
 from .convert import span_row
 from .feedback import FeedbackValueError, make_feedback_row
-from .imports import ImportCounts, IncrementalSource, iso_ns, skip, store_imported, versioned_id
+from .imports import ImportCounts, IncrementalSource, iso_ns, iso_text, skip, store_imported, versioned_id
 
 __all__ = ["parse_langfuse_url", "langfuse_api", "import_langfuse", "LangfuseSource", "OBSERVATION_FIELDS"]
 
@@ -148,12 +148,8 @@ def _feedback(s: dict, project: str) -> dict:
                              source=(meta.get("source") or f"langfuse:{source}") if ours else f"langfuse:{source}",
                              id=str(s["id"]) if ours else versioned_id("langfuse", s["id"], s.get("updatedAt") or s.get("timestamp")),
                              # an edit keeps the score's timestamp: its update time orders the versions ("latest")
-                             timestamp=_iso(s.get("timestamp") if ours else (s.get("updatedAt") or s.get("timestamp"))),
+                             timestamp=iso_text(s.get("timestamp") if ours else (s.get("updatedAt") or s.get("timestamp"))),
                              project=project)
-
-
-def _iso(t) -> str | None:
-    return t.isoformat() if isinstance(t, dt.datetime) else (None if t is None else str(t))
 
 
 def _pages(fetch, *, limit: int):

@@ -28,7 +28,7 @@ from urllib.parse import urlsplit
 from ..metricbank.errors import DataError, Unavailable, UserError
 from .convert import span_row
 from .feedback import FeedbackValueError, make_feedback_row
-from .imports import ImportCounts, IncrementalSource, iso_ns, skip, store_imported, versioned_id
+from .imports import ImportCounts, IncrementalSource, iso_ns, iso_text, skip, store_imported, versioned_id
 
 __all__ = ["parse_phoenix_url", "phoenix_client", "import_phoenix", "annotate_phoenix", "ImportCounts", "PhoenixSource"]
 
@@ -55,10 +55,6 @@ def phoenix_client(base_url: str):
     except ModuleNotFoundError as exc:
         raise Unavailable(f"reading from Phoenix needs its client ({exc}); pip install arize-phoenix-client") from exc
     return Client(base_url=base_url, api_key=os.environ.get("PHOENIX_API_KEY") or None)
-
-
-def _iso(ts) -> str | None:
-    return None if ts is None or ts != ts else str(ts)
 
 
 def _row(span: dict, project: str) -> dict:
@@ -98,7 +94,7 @@ def import_phoenix(client, phoenix_project: str, store, *, project: str | None =
                 fb.append(make_feedback_row(trace_of[span_id], a["annotation_name"], value, comment=a.get("result.explanation"),
                                             span_id=span_id, source=f"phoenix:{str(a.get('annotator_kind') or '').lower()}",
                                             id=versioned_id("phoenix", a["id"], a.get("updated_at") or a.get("created_at"), digits=14),
-                                            timestamp=_iso(a.get("updated_at") or a.get("created_at")),
+                                            timestamp=iso_text(a.get("updated_at") or a.get("created_at")),
                                             project=project))
             except FeedbackValueError as exc:
                 skip(counts, "annotations_skipped", f"{a.get('annotation_name')}: {exc.code}")

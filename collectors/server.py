@@ -119,14 +119,7 @@ class _Handler(BufferedRequestHandler):
             return None
 
     def _read_body(self) -> bytes:
-        if self.headers.get("Transfer-Encoding") is not None:
-            raise BodyError(411, "send a Content-Length (chunked bodies are not accepted)")
-        try:
-            n = int(self.headers.get("Content-Length", ""))
-        except ValueError:
-            raise BodyError(411, "Content-Length required") from None
-        if n < 0 or n > self.app.max_body:
-            raise BodyError(413, f"body of {n} bytes exceeds the limit of {self.app.max_body} bytes (AUTOMETRICS_COLLECTOR_MAX_BODY)")
+        n = body_length(self.headers, self.app.max_body)
         data = self.rfile.read(n)
         if len(data) != n:
             raise BodyError(400, f"body has {len(data)} bytes, its Content-Length says {n}")
@@ -319,6 +312,20 @@ class _Handler(BufferedRequestHandler):
         head = "; ".join(f"item {p['index']} {p['field']}: {p['error']}" for p in problems[:5])
         more = f"; and {len(problems) - 5} more" if len(problems) > 5 else ""
         self._json(code, {"error": f"{len(problems)} {what}, nothing stored: {head}{more}", "accepted": 0, "errors": problems})
+
+
+def body_length(headers, max_body: int) -> int:
+    """A POST body's announced length; BodyError 411 without one Content-Length (chunked bodies
+    are not accepted), 413 over ``max_body`` (refused before a byte of it is read)."""
+    if headers.get("Transfer-Encoding") is not None:
+        raise BodyError(411, "send a Content-Length (chunked bodies are not accepted)")
+    try:
+        n = int(headers.get("Content-Length", ""))
+    except ValueError:
+        raise BodyError(411, "Content-Length required") from None
+    if n < 0 or n > max_body:
+        raise BodyError(413, f"body of {n} bytes exceeds the limit of {max_body} bytes (AUTOMETRICS_COLLECTOR_MAX_BODY)")
+    return n
 
 
 _FEEDBACK_FIELDS = {"trace_id", "name", "value", "comment", "kind", "span_id", "source", "metadata", "id", "timestamp", "project",

@@ -20,6 +20,7 @@ import pandas as pd
 
 from ..metricbank.errors import Unavailable, UserError
 from .evaluator import Evaluator
+from .features import is_llm_judge, score_metrics
 
 __all__ = ["engine", "score_frame", "score_texts", "check_partitionable", "metric_scorer"]
 
@@ -49,7 +50,7 @@ def engine(scheduler: str | None = None, workers: int | None = None):
 
 def check_partitionable(ev: Evaluator) -> None:
     """Refuse an evaluator whose scores depend on how the rows are batched."""
-    judges = [m.name for m in ev.metrics() if hasattr(m, "spec") and hasattr(m, "llm_config")]
+    judges = [m.name for m in ev.metrics() if is_llm_judge(m)]
     if judges:
         raise UserError(f"this evaluator has LLM judges ({', '.join(judges)}): score it with `autometrics worker`, whose judge "
                         "budget, sampling and rate limits hold across workers; the Dask engine scores classic metrics only")
@@ -67,11 +68,22 @@ def _evaluator(text: str) -> Evaluator:
     return Evaluator(json.loads(text))
 
 
-def _score_part(text: str, key: str, part: tuple) -> pd.DataFrame:
-    """On a worker: one partition's scores (the evaluator built once per process)."""
-    del key  # the artifact's hash: makes the cache's key explicit in the task graph
+def _score_part(shipped: tuple, part: tuple) -> pd.DataFrame:
+    """On a worker: one partition's scores (the evaluator built once per process; the artifact's
+    hash travels with its text so the task graph names what the cache holds)."""
+    text, _key = shipped
     outputs, inputs, references = part
     return _evaluator(text).score_texts(outputs, inputs, references, progress=False)
+
+
+def _map_parts(client, fn, shared, outputs: list, inputs, references, partition_rows: int | None) -> list:
+    """``fn(shared, (outputs, inputs, references) of a partition)`` on the workers, in row order:
+    ``shared`` is broadcast once, each partition's texts go to the workers as data (not inside the
+    task graph)."""
+    shipped = client.scatter(shared, broadcast=True)
+    data = client.scatter([(outputs[a:b], None if inputs is None else inputs[a:b], None if references is None else references[a:b])
+                           for a, b in _bounds(len(outputs), client, partition_rows)])
+    return client.gather([client.submit(fn, shipped, d, pure=False) for d in data])
 
 
 def _artifact(ev: Evaluator) -> tuple[str, str]:
@@ -99,21 +111,12 @@ def score_frame(ev: Evaluator, data, client, *, partition_rows: int | None = Non
 def score_texts(ev: Evaluator, outputs: list, inputs=None, references=None, *, client, partition_rows: int | None = None):
     """``ev.score_texts(...)`` computed on the cluster, in order."""
     check_partitionable(ev)
-    text, key = _artifact(ev)
-    shipped = client.scatter(text, broadcast=True)
-    bounds = _bounds(len(outputs), client, partition_rows)
-    # the partitions' texts go to the workers as data, not inside the task graph
-    data = client.scatter([(outputs[a:b], None if inputs is None else inputs[a:b], None if references is None else references[a:b])
-                           for a, b in bounds])
-    futures = [client.submit(_score_part, shipped, key, part, pure=False) for part in data]
-    parts = client.gather(futures)
+    parts = _map_parts(client, _score_part, _artifact(ev), outputs, inputs, references, partition_rows)
     return pd.concat(parts, ignore_index=True) if parts else ev.score_texts([], None, None)
 
 
 def _metrics_part(metrics: list, part: tuple):
     """On a worker: ``score_metrics`` of one partition."""
-    from .features import score_metrics
-
     outputs, inputs, references = part
     return score_metrics(metrics, outputs, inputs, references)
 
@@ -124,20 +127,13 @@ def metric_scorer(client, *, partition_rows: int | None = None):
     statistics, LLM judges) here on the whole batch: the same columns, in the same order, with
     the same values as one process.  A metric that fails on any partition is left out with a note,
     as one process leaves out a metric that fails on the batch."""
-    from .features import score_metrics
 
     def score(metrics, outputs, inputs, references, *, progress: bool = False):
-        here = [m for m in metrics if getattr(m, "batch_dependent", False) or (hasattr(m, "spec") and hasattr(m, "llm_config"))]
+        here = [m for m in metrics if getattr(m, "batch_dependent", False) or is_llm_judge(m)]
         there = [m for m in metrics if m not in here]
         X_here, meta, notes = score_metrics(here, outputs, inputs, references, progress=progress) if here else (
             pd.DataFrame(index=range(len(outputs))), {}, [])
-        parts = []
-        if there and len(outputs):
-            shipped = client.scatter(there, broadcast=True)
-            bounds = _bounds(len(outputs), client, partition_rows)
-            data = client.scatter([(outputs[a:b], None if inputs is None else inputs[a:b],
-                                    None if references is None else references[a:b]) for a, b in bounds])
-            parts = client.gather([client.submit(_metrics_part, shipped, d, pure=False) for d in data])
+        parts = _map_parts(client, _metrics_part, there, outputs, inputs, references, partition_rows) if there and len(outputs) else []
         if parts:
             common = set(parts[0][0].columns).intersection(*(set(p[0].columns) for p in parts[1:]))
             for p in parts:

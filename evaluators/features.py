@@ -53,6 +53,12 @@ def _progress(iterable, *, total: int, desc: str, enabled: bool):
     return tqdm(iterable, total=total, desc=desc, unit="metric", leave=False)
 
 
+def is_llm_judge(metric) -> bool:
+    """A metric that asks an LLM (a generated judge): its calls have budgets, sampling and rate
+    limits that only one process can keep."""
+    return hasattr(metric, "spec") and hasattr(metric, "llm_config")
+
+
 def _ask_judges_row_major(metrics: list[Metric], outputs, inputs) -> None:
     """Generated LLM judges of one model are asked about one example after another, all criteria
     of an example in a row (as the fit does), so a server's prefix cache evaluates each example's

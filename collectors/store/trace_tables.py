@@ -188,7 +188,7 @@ class TraceTables:
             return pd.DataFrame(columns=[c for c in out_cols if c != "references" or refs_col])
         # start order; a parent before its child when both start in the same tick (times read back
         # from a tool that keeps milliseconds only, e.g. Langfuse's API)
-        sp["_depth"] = _depths(sp)
+        sp["_depth"] = _depths(sp) if sp.duplicated(["trace_id", "start_time_ns"], keep=False).any() else 0
         sp = sp.sort_values(["trace_id", "start_time_ns", "_depth", "end_time_ns"], ascending=[True, True, True, False],
                             kind="stable")
         sp = _innermost_usage(sp)

@@ -54,6 +54,7 @@ from dataclasses import dataclass, field
 
 from ...metricbank.errors import UserError
 from ..evaluator import Evaluator
+from ..features import is_llm_judge
 from ..fit import SCORE_COLUMN
 from ..llm.config import estimate_tokens
 from .refit import explain_scores
@@ -150,7 +151,7 @@ def _prepare(champion: dict, opts: ScoringOptions):
             return _PREPARED[key]
     ev = Evaluator(champion["artifact"])
     metrics = ev.metrics()
-    judges = [m for m in metrics if hasattr(m, "spec") and hasattr(m, "llm_config")]
+    judges = [m for m in metrics if is_llm_judge(m)]
     if judges:
         from ..llm.client import LLMClient
 

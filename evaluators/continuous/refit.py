@@ -299,12 +299,10 @@ def _plain_rationale(name: str, value, c: float, typical) -> str:
     (DistinctNGrams.distinct4 = 0.61; typical 0.83)"; the metric's name and value alone when it
     has no plain phrase (a pairwise term) or the value is missing."""
     shown = "missing" if pd.isna(value) else f"{float(value):.3g}"
-    direction = "raised" if c >= 0 else "lowered"
-    if pd.isna(value) or typical is None or float(value) == float(typical):
-        return f"{name} = {shown} {direction} the score by {abs(c):.2f}"
-    clause = plain_effect(name, float(value) > float(typical), c >= 0)
+    plain = not pd.isna(value) and typical is not None and float(value) != float(typical)
+    clause = plain_effect(name, float(value) > float(typical), c >= 0) if plain else None
     if clause is None:
-        return f"{name} = {shown} {direction} the score by {abs(c):.2f}"
+        return f"{name} = {shown} {'raised' if c >= 0 else 'lowered'} the score by {abs(c):.2f}"
     return f"{clause} by {abs(c):.2f} ({name} = {shown}; typical {float(typical):.3g})"
 
 

@@ -32,6 +32,7 @@ FILTERS = ["", "?version=all", "?range=24h", "?user=user-3", "?session=conv-100"
 def main() -> int:
     import httpx
     from dashboard_data import build_served_store
+    from waiting import wait_for_http
 
     ap = argparse.ArgumentParser()
     ap.add_argument("--extra", type=int, default=100_000)
@@ -53,13 +54,7 @@ def main() -> int:
                              "score", "--serve", "--port", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     base = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            try:
-                if httpx.get(f"{base}/health", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                time.sleep(0.2)
+        wait_for_http(f"{base}/health", proc, 60)
         rows = []
         with httpx.Client(base_url=base, timeout=60) as c:
             trace = c.get("/p/p/score/traces").text.split("class='trace' href='", 1)[1].split("'", 1)[0]

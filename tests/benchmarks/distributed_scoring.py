@@ -1,6 +1,7 @@
 """Scoring throughput on Dask against one process, and whether the scores are identical.
 
-Fits an LLM-free evaluator on SimpEval (CPU metrics), then scores ``--rows`` rows (SimpEval rows
+Fits an LLM-free evaluator on a shared dataset (``--dataset``, default SimpEval; CPU metrics), then
+scores ``--rows`` rows (the dataset's rows
 drawn with replacement, unique ids) once in this process (``Evaluator.score``) and on a local Dask
 cluster of 1, 2 and 4 worker processes (``evaluators.distributed.score_frame``, the code
 ``autometrics score --engine dask`` runs).  Cluster start-up is timed apart from scoring; each
@@ -38,13 +39,17 @@ def main() -> int:
     ap.add_argument("--rows", type=int, default=100_000)
     ap.add_argument("--workers", default="1,2,4")
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--dataset", default="simpeval", help="a shared dataset's name (its CSV in ../shared/datasets)")
+    ap.add_argument("--target", default="score")
+    ap.add_argument("--out", default=None, help="default results/distributed_scoring.json (simpeval) or _<dataset>.json")
     a = ap.parse_args()
+    data = SHARED / f"{a.dataset}.csv"
     tmp = Path(tempfile.mkdtemp(prefix="autometrics-dist-"))
-    subprocess.run([sys.executable, "-m", "autometrics._cli.main", "fit", str(SHARED / "simpeval.csv"), "--target", "score", "--no-llm",
+    subprocess.run([sys.executable, "-m", "autometrics._cli.main", "fit", str(data), "--target", a.target, "--no-llm",
                     "--metrics", METRICS, "--n-boot", "50", "--permutations", "0", "--no-progress", "--out", str(tmp / "ev")],
                    check=True, capture_output=True)
     ev = Evaluator.load(tmp / "ev")
-    df = pd.read_csv(SHARED / "simpeval.csv")
+    df = pd.read_csv(data)
     rows = df.sample(n=a.rows, replace=True, random_state=0).reset_index(drop=True)
     rows["id"] = [f"row-{i}" for i in range(len(rows))]
     cols = {"reference_cols": ["reference"]} if "reference" in rows.columns else {}
@@ -59,7 +64,7 @@ def main() -> int:
         return statistics.median(times), out
 
     single_s, single = timed(lambda: ev.score(rows, **cols))
-    result = {"rows": a.rows, "metrics": METRICS.split(","), "selected": [f["feature"] for f in ev.features], "repeat": a.repeat,
+    result = {"dataset": a.dataset, "target": a.target, "rows": a.rows, "metrics": METRICS.split(","), "selected": [f["feature"] for f in ev.features], "repeat": a.repeat,
               "cores": os.cpu_count(), "single_process_s": round(single_s, 2), "engines": []}
     print(f"{a.rows:,} rows, {len(ev.features)} selected metrics; one process: {single_s:.2f} s "
           f"({a.rows / single_s:,.0f} rows/s); load {os.getloadavg()[0]:.2f}", flush=True)
@@ -76,7 +81,8 @@ def main() -> int:
         result["engines"].append(r)
         print(f"dask, {w} worker(s): {secs:.2f} s ({r['rows_per_s']:,} rows/s), speed-up {r['speedup']:.2f}x, cluster start "
               f"{start_s:.1f} s, identical scores: {same}, load {r['load_1min']}", flush=True)
-    out = HERE / "results" / "distributed_scoring.json"
+    out = Path(a.out) if a.out else HERE / "results" / ("distributed_scoring.json" if a.dataset == "simpeval"
+                                                          else f"distributed_scoring_{a.dataset}.json")
     out.parent.mkdir(exist_ok=True)
     out.write_text(json.dumps(result, indent=1))
     print(f"wrote {out}")

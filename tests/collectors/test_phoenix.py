@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from waiting import wait_for_http
 
 pytestmark = pytest.mark.slow
 SHARED = Path(os.environ.get("AUTOMETRICS_SHARED", Path(__file__).resolve().parents[3] / "shared")) / "datasets"
@@ -31,7 +32,6 @@ def _port() -> int:
 @pytest.fixture(scope="module")
 def phoenix(tmp_path_factory):
     pytest.importorskip("phoenix.server.main", reason="needs arize-phoenix (the dev extra)")
-    import httpx
 
     work = tmp_path_factory.mktemp("phoenix")
     port = _port()
@@ -40,18 +40,9 @@ def phoenix(tmp_path_factory):
     log = open(work / "server.log", "w")
     proc = subprocess.Popen([sys.executable, "-m", "phoenix.server.main", "serve"], env=env, stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(f"{url}/healthz", timeout=2).status_code == 200:
-                break
-        except httpx.HTTPError:
-            pass
-        if proc.poll() is not None:
-            break
-        time.sleep(0.5)
-    else:
+    if not wait_for_http(f"{url}/healthz", proc, 120) and proc.poll() is None:
         proc.kill()
+        proc.wait(10)
     if proc.poll() is not None:
         pytest.fail("Phoenix did not start: " + (work / "server.log").read_text()[-2000:])
     yield url
