@@ -183,7 +183,7 @@ def serve_granian(store_url: str | None = None, *, host: str = "127.0.0.1", port
                                          "langfuse": langfuse, "cors": cors_origins, "limits": dataclasses.asdict(limits)})
     auth = f"{len(api_keys)} API key(s)" if api_keys else "NO AUTHENTICATION (--no-auth)"
     print(f"autometrics collector (granian) listening on http://{host}:{port} (store: {url.split('://')[0]}; {auth}; "
-          f"limits: {limits.describe()})", flush=True)
+          f"limits: {limits.describe(per_client=False)})", flush=True)
     Granian("autometrics.collectors.asgi:app_from_env", address=host, port=port, interface=Interfaces.ASGI, factory=True,
             workers=1, backpressure=max(limits.workers, limits.max_connections),
             http1_settings=HTTP1Settings(header_read_timeout=int(min(60, limits.header_timeout) * 1000),

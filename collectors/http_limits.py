@@ -13,7 +13,10 @@ small buffer, never a thread, and the workers only ever run complete requests (p
 
 Connections beyond ``max_connections`` first push out the longest-idle keep-alive connection
 (one with no request bytes pending); when none is idle they get an immediate 503 and are
-closed, without a thread.  Request bytes held in memory (buffered bodies, and each request's
+closed, without a thread.  One client address may hold at most ``max_client_connections``:
+beyond, its own longest-idle connection is closed, else the newcomer gets 503 at once, so one
+client cannot take the bound from the others (behind a proxy every client shares the proxy's
+address: raise the limit there).  Request bytes held in memory (buffered bodies, and each request's
 estimated parsing cost) come from one :class:`ByteBudget` shared by all requests.
 """
 
@@ -94,11 +97,12 @@ class BufferedRequestHandler(BaseHTTPRequestHandler):
 
 
 class _Conn:
-    __slots__ = ("sock", "addr", "buf", "state", "deadline", "held", "need", "close_after", "scanned", "last_data")
+    __slots__ = ("sock", "addr", "client", "buf", "state", "deadline", "held", "need", "close_after", "scanned", "last_data")
 
     def __init__(self, sock, addr, deadline: float):
         self.sock = sock
         self.addr = addr
+        self.client = addr[0] if isinstance(addr, tuple) else str(addr)  # the address a per-client limit counts
         self.buf = bytearray()
         # head: reading headers | body: reading the body | idle: between requests | busy: at a worker
         # | linger: answered and closing (input read and dropped so the answer is not lost to a reset)
@@ -143,6 +147,7 @@ class BoundedHTTPServer(HTTPServer):
         self.socket.setblocking(False)
         self.max_connections = _fd_headroom(limits.max_connections)
         self.conns: dict[int, _Conn] = {}  # by fd, oldest activity first
+        self.per_client: dict[str, int] = {}  # open connections by client address
         self._sel = selectors.DefaultSelector()
         self._wake_r, self._wake_w = socket.socketpair()
         self._wake_r.setblocking(False)
@@ -215,27 +220,42 @@ class BoundedHTTPServer(HTTPServer):
                 log.warning("collector: accept failed: %s", exc)
                 return
             sock.setblocking(False)
+            client = addr[0] if isinstance(addr, tuple) else str(addr)
+            if self.per_client.get(client, 0) >= self.limits.max_client_connections and not self._evict_idle(client):
+                self.event("client_connections_refused")
+                _send_now(sock, canned(503, json.dumps({"error": f"too many connections from {client} (the limit is "
+                                                                  f"{self.limits.max_client_connections} per client address, "
+                                                                  "AUTOMETRICS_COLLECTOR_MAX_CLIENT_CONNECTIONS); reuse "
+                                                                  "connections or retry later"}).encode(), {"Retry-After": "1"}))
+                _close_refused(sock)
+                continue
             if len(self.conns) >= self.max_connections and not self._evict_idle():
                 self.event("connections_refused")
                 _send_now(sock, canned(503, b'{"error": "too many connections; retry later"}', {"Retry-After": "1"}))
-                sock.close()
+                _close_refused(sock)
                 continue
             c = _Conn(sock, addr, time.monotonic() + self.limits.header_timeout)
             self.conns[sock.fileno()] = c
+            self.per_client[client] = self.per_client.get(client, 0) + 1
             self._sel.register(sock, selectors.EVENT_READ, c)
 
-    def _evict_idle(self) -> bool:
+    def _evict_idle(self, client: str | None = None) -> bool:
         """Make room for a new connection at the bound: close the connection idle longest, else
         the one whose request head has been incomplete longest (answered 408: nothing of it was
         read, so nothing is lost, and one client holding the bound with half-sent heads cannot
         lock out the others, /health included).  A request whose headers are in (an authenticated
-        body on its way, a request being run) is never taken."""
+        body on its way, a request being run) is never taken.  With ``client`` (at that address's
+        own limit): only that client's idle connections are taken, never a head of its own."""
         for c in self.conns.values():  # oldest activity first
+            if client is not None and c.client != client:
+                continue
             if c.state in ("idle", "head", "linger") and not c.buf:
                 if c.state != "linger":
                     self.event("connections_evicted")
                 self._close(c)
                 return True
+        if client is not None:
+            return False
         heads = [c for c in self.conns.values() if c.state == "head"]
         if heads:
             victim = min(heads, key=lambda c: c.deadline)  # the head that started first
@@ -404,7 +424,12 @@ class BoundedHTTPServer(HTTPServer):
             self._close(c)
 
     def _close(self, c: _Conn) -> None:
-        self.conns.pop(c.sock.fileno(), None)
+        if self.conns.pop(c.sock.fileno(), None) is not None:
+            left = self.per_client.get(c.client, 1) - 1
+            if left > 0:
+                self.per_client[c.client] = left
+            else:
+                self.per_client.pop(c.client, None)
         try:
             self._sel.unregister(c.sock)
         except (KeyError, ValueError):
@@ -452,6 +477,19 @@ def _send_now(sock: socket.socket, data: bytes) -> None:
 
 
 MAX_REQUEST_LINE = 8192  # bytes of "METHOD URI HTTP/1.1"; a longer one is 414
+
+
+def _close_refused(sock: socket.socket) -> None:
+    """Close a connection refused at accept, having first read what its client already sent, so
+    the kernel sends the answer and a FIN rather than a reset that could discard the answer."""
+    try:
+        sock.shutdown(socket.SHUT_WR)
+        for _ in range(4):
+            if not sock.recv(1 << 16):
+                break
+    except OSError:  # nothing (more) to read, or the client is gone
+        pass
+    sock.close()
 
 
 class _TooManyHeaders(ValueError):

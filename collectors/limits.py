@@ -33,6 +33,9 @@ class CollectorLimits:
     (``AUTOMETRICS_COLLECTOR_<NAME>``, e.g. ``AUTOMETRICS_COLLECTOR_IDLE_TIMEOUT=30``)."""
 
     max_connections: int = 1024  # open client connections; beyond, the longest-idle one is closed, else 503
+    # open connections from one client address; beyond, that client's longest-idle one is closed, else 503.
+    # Behind a proxy or load balancer every client shares its address: raise it to max_connections there.
+    max_client_connections: int = 256
     workers: int = 32  # threads that run complete requests (idle and slow connections use none)
     header_timeout: float = 10.0  # s from connect (or a request's first byte) to the end of its headers
     body_timeout: float = 60.0  # s from the end of the headers to the end of the body (total, not per recv)
@@ -71,9 +74,11 @@ class CollectorLimits:
                 raise UserError(f"collector limit {f.name} ({self.ENV_PREFIX}{f.name.upper()}) must be a positive number, got {v!r}")
         return self
 
-    def describe(self) -> str:
+    def describe(self, per_client: bool = True) -> str:
+        """One line of the limits; ``per_client=False`` for a front that does not enforce the per-address limit."""
         mib = 1 << 20
-        return (f"{self.max_connections} connections, {self.workers} workers, timeouts header {self.header_timeout:g} s / body "
+        client = f"{self.max_client_connections} per client address" if per_client else "no per-client limit on this front"
+        return (f"{self.max_connections} connections ({client}), {self.workers} workers, timeouts header {self.header_timeout:g} s / body "
                 f"{self.body_timeout:g} s / idle {self.idle_timeout:g} s, body {self.max_body / mib:g} MiB "
                 f"({self.max_decompressed / mib:g} MiB decompressed), memory budget {self.memory_budget / mib:g} MiB, "
                 f"field {self.max_field_chars} chars")

@@ -474,6 +474,8 @@ class CollectorServer:
                 "uptime_s": round(time.time() - self.started, 1), "counters": self.counters.snapshot(),
                 "langfuse": self.langfuse.stats() if self.langfuse is not None else None,
                 "connections": ({"open": len(self.httpd.conns), "workers": len(self.httpd._workers),
+                                 "client_addresses": len(self.httpd.per_client),
+                                 "most_from_one_address": max(list(self.httpd.per_client.values()), default=0),
                                  "buffered_bytes": self.httpd.budget.used} if self.httpd is not None else {})
                 | {"decoding_bytes": self.decode_budget.used, "decoding_peak_bytes": self.decode_budget.peak}}
         return (200 if store_ok else 503), body
@@ -533,7 +535,7 @@ def serve(store_url: str | None = None, *, host: str = "127.0.0.1", port: int = 
     signal.signal(signal.SIGTERM, _term)
     signal.signal(signal.SIGINT, _term)
     auth = f"{len(keys)} API key(s)" if keys else "NO AUTHENTICATION (--no-auth)"
-    print(f"autometrics collector listening on {app.url} (store: {app.store!r}; {auth}; "
+    print(f"autometrics collector listening on {app.url} (store: {app.store.shown_url}; {auth}; "
           f"langfuse: {'on' if app.langfuse else 'off'}; limits: {lim.describe()})", flush=True)
     try:
         app.serve_forever()

@@ -123,8 +123,13 @@ class TraceStore(TraceTables, FeedbackTables, VersionTables, OnlineScoreTables, 
             return Path(db).expanduser().resolve()
         return None
 
+    @property
+    def shown_url(self) -> str:
+        """The store's URL for people to read: the password masked."""
+        return sa.engine.make_url(self.url).render_as_string(hide_password=True)
+
     def __repr__(self) -> str:  # never shows a password
-        return f"TraceStore({sa.engine.make_url(self.url).render_as_string(hide_password=True)!r})"
+        return f"TraceStore({self.shown_url!r})"
 
     # ---- schema
     def version(self) -> int:

@@ -9,9 +9,12 @@ connection:
   slow headers  300 connections sending one header byte every 2 s (never finishing)
   slow bodies   100 authenticated requests declaring 1 MB, sending one body byte every 2 s
   idle sockets  1,000 connections that send nothing
+  one client    1,100 connections from one address, each a request head never finished
   gzip bombs    16 concurrent ~250 KB bodies that decompress to 256 MiB, again and again
   all at once   all four together
 
+Hostile connections come from other loopback addresses than the normal client (8 addresses for
+the many-client phases, one for the one-client phase); a probe asks ``/health`` once a second.
 Every 20 ms it samples the collector's thread count and RSS (``/proc/PID/status``), and prints per
 phase: peak threads, peak RSS against the baseline, the normal client's success rate and latency
 percentiles, and what the server did to the hostile connections.  Loopback only; every loop is
@@ -116,13 +119,45 @@ class NormalClient(threading.Thread):
                 "p50_ms": pct(50), "p95_ms": pct(95), "p99_ms": pct(99), "max_ms": round(lat[-1], 1) if lat else None}
 
 
-def trickle(port: int, n: int, first: bytes | None, drip: bytes | None, end: float, every: float = 2.0) -> dict:
-    """Open ``n`` connections, send ``first``, then ``drip`` every ``every`` s until ``end``;
-    report how long the server let them live and what it answered."""
+class HealthProbe(threading.Thread):
+    """``GET /health`` on a new connection once a second (2 s timeout); records (time, ok)."""
+
+    def __init__(self, port: int):
+        super().__init__(daemon=True)
+        self.port, self.stop, self.log = port, threading.Event(), []
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            t0 = time.monotonic()
+            try:
+                c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=2)
+                c.request("GET", "/health")
+                ok = c.getresponse().status == 200
+                c.close()
+            except (OSError, http.client.HTTPException):
+                ok = False
+            self.log.append((t0, ok))
+            time.sleep(max(0.0, 1.0 - (time.monotonic() - t0)))
+
+    def window(self, start: float, end: float) -> dict:
+        got = [ok for t, ok in self.log if start <= t < end]
+        return {"probes": len(got), "ok": sum(got)}
+
+
+# hostile clients come from other loopback addresses than the normal client's 127.0.0.1 (Linux
+# routes 127.0.0.0/8 to lo): the many-clients phases spread over 8 addresses, the one-client phase uses one
+MANY = tuple(f"127.0.0.{i}" for i in range(10, 18))
+ONE = ("127.0.0.2",)
+
+
+def trickle(port: int, n: int, first: bytes | None, drip: bytes | None, end: float, every: float = 2.0,
+            sources: tuple[str, ...] = MANY) -> dict:
+    """Open ``n`` connections (from ``sources`` in turn), send ``first``, then ``drip`` every
+    ``every`` s until ``end``; report how long the server let them live and what it answered."""
     socks, opened, closed, answers = [], {}, {}, {}
-    for _ in range(n):
+    for i in range(n):
         try:
-            s = socket.create_connection(("127.0.0.1", port), timeout=5)
+            s = socket.create_connection(("127.0.0.1", port), timeout=5, source_address=(sources[i % len(sources)], 0))
         except OSError:
             continue
         s.setblocking(False)
@@ -234,6 +269,8 @@ def main() -> None:
     mon.start()
     normal = NormalClient(port)
     normal.start()
+    probe = HealthProbe(port)
+    probe.start()
     results = {"front": args.front, "limits": line.split("limits: ")[-1].rstrip(")\n"), "phases": []}
     slow_head = b"POST /v1/traces HTTP/1.1\r\nHost: 127.0.0.1\r\n"
     slow_body = (f"POST /v1/traces HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {KEY}\r\n"
@@ -246,6 +283,7 @@ def main() -> None:
                   ("slow headers x300", [lambda end: trickle(port, 300, slow_head, b"X", end)]),
                   ("slow bodies x100", [lambda end: trickle(port, 100, slow_body, b"\0", end)]),
                   ("idle sockets x1000", [lambda end: trickle(port, 1000, None, None, end)]),
+                  ("one client, 1100 half-open heads", [lambda end: trickle(port, 1100, slow_head, None, end, sources=ONE)]),
                   ("gzip bombs x16", [lambda end: bombs(port, 16, end, bomb)]),
                   ("all at once", [lambda end: trickle(port, 300, slow_head, b"X", end), lambda end: trickle(port, 100, slow_body, b"\0", end),
                                    lambda end: trickle(port, 1000, None, None, end), lambda end: bombs(port, 16, end, bomb)])]
@@ -262,12 +300,13 @@ def main() -> None:
             time.sleep(max(0.0, end - time.monotonic()))
             row = {"phase": name, "peak_threads": mon.peak_threads, "peak_rss_mib": round(mon.peak_rss / 2**20, 1),
                    "peak_rss_over_baseline_mib": round((mon.peak_rss - base_rss) / 2**20, 1), "normal_client": normal.window(start, end),
-                   "hostile": out}
+                   "health_probes": probe.window(start, end), "hostile": out}
             results["phases"].append(row)
             nc = row["normal_client"]
             print(f"{name:20s} threads {row['peak_threads']:3d}  RSS {row['peak_rss_mib']:7.1f} MiB "
                   f"({row['peak_rss_over_baseline_mib']:+6.1f})  normal: {nc['ok']}/{nc['requests']} ok "
-                  f"p50 {nc['p50_ms']} p95 {nc['p95_ms']} p99 {nc['p99_ms']} max {nc['max_ms']} ms", flush=True)
+                  f"p50 {nc['p50_ms']} p95 {nc['p95_ms']} p99 {nc['p99_ms']} max {nc['max_ms']} ms; /health "
+                  f"{row['health_probes']['ok']}/{row['health_probes']['probes']}", flush=True)
             for h in out:
                 print(f"{'':22s}{json.dumps(h)}", flush=True)
             time.sleep(1.5)  # let lingering connections close before the next phase
@@ -278,6 +317,7 @@ def main() -> None:
         results["connections"] = health.get("connections")
     finally:
         normal.stop.set()
+        probe.stop.set()
         normal.join(35)
         mon.stop.set()
         proc.terminate()

@@ -128,7 +128,7 @@ def test_keep_alive_connection_closed_after_idle_timeout_and_silent_new_one_afte
 
 
 def test_idle_sockets_cost_no_threads_and_normal_clients_are_served(make):
-    srv = make()
+    srv = make(max_client_connections=1024)  # 350 sockets from one address: the per-client limit is tested apart
     before = threading.active_count()
     idle = [_sock(srv) for _ in range(300)]
     slow = [_sock(srv) for _ in range(50)]
@@ -428,3 +428,57 @@ def test_every_limit_is_a_collector_serve_flag():
     assert args.limit_idle_timeout == 3.0 and args.limit_max_connections == 7 and args.max_body == 9
     for f in dataclasses.fields(CollectorLimits):
         assert f.name == "max_body" or hasattr(args, f"limit_{f.name}")
+
+
+def _sock_from(srv, source: str) -> socket.socket:
+    """A connection to the collector from another loopback address (Linux routes 127.0.0.0/8 to lo)."""
+    s = socket.socket()
+    s.settimeout(10)
+    s.bind((source, 0))
+    s.connect(srv.httpd.server_address[:2])
+    return s
+
+
+def test_one_client_address_cannot_take_the_connection_bound(make):
+    srv = make(max_connections=60, max_client_connections=20)
+    hostile, refused = [], []
+    for _ in range(20):  # one client without a key holding half-sent heads ...
+        s = _sock_from(srv, "127.0.0.2")
+        s.sendall(b"POST /v1/traces HTTP/1.1\r\n")
+        hostile.append(s)
+    time.sleep(0.3)
+    hostile += [_sock_from(srv, "127.0.0.2") for _ in range(60)]  # ... and asking for more, far past the whole bound
+    for s in hostile[20:]:
+        got, _ = _until_closed(s, 3)
+        refused.append(got)
+    assert all(g.startswith(b"HTTP/1.1 503") and b"127.0.0.2" in g and b"MAX_CLIENT_CONNECTIONS" in g and b"Retry-After: 1" in g
+               for g in refused), refused[0]
+    snap = srv.counters.snapshot()
+    assert snap["client_connections_refused"] == 60 and not snap.get("heads_evicted")
+    assert srv.httpd.per_client["127.0.0.2"] == 20
+    # another address is served at once, /health and spans alike; its own keep-alive connections count apart
+    c = http.client.HTTPConnection(*srv.httpd.server_address[:2], timeout=5)
+    c.request("GET", "/health")
+    r = c.getresponse()
+    health = json.loads(r.read())
+    assert r.status == 200 and health["connections"]["most_from_one_address"] == 20 and health["connections"]["client_addresses"] == 2
+    code, _, _ = _post(srv.url, "/v1/traces", _otlp_json([_span(30)]), JS)
+    assert code == 200
+    c.close()
+    # the first 20 are still bound by the header deadline as before (not by the per-client limit)
+    assert all(s.fileno() >= 0 for s in hostile[:20])
+    for s in hostile:
+        s.close()
+    time.sleep(0.5)
+    assert "127.0.0.2" not in srv.httpd.per_client  # closed connections are no longer counted
+    # at its own limit, a client's longest-idle keep-alive connection makes room for its new one
+    idle = [_sock_from(srv, "127.0.0.3") for _ in range(20)]
+    time.sleep(0.3)
+    s = _sock_from(srv, "127.0.0.3")
+    s.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+    got = s.recv(65536)
+    assert got.startswith(b"HTTP/1.1 200")
+    first, _ = _until_closed(idle[0], 2)
+    assert first == b"" and srv.httpd.per_client["127.0.0.3"] == 20
+    for x in idle + [s]:
+        x.close()
