@@ -42,6 +42,11 @@ _HEADERS = {"Cache-Control": "no-store", "X-Content-Type-Options": "nosniff", "C
             "style-src 'unsafe-inline'; img-src data:; form-action 'self'; base-uri 'none'; frame-ancestors 'none'"}
 
 
+def _params(request: Request, *names: str) -> tuple[str, ...]:
+    """Path parameters as the names they stand for (see :func:`pages.segment`)."""
+    return tuple(pages.from_segment(request.path_params[n]) for n in names)
+
+
 def create_app(store: TraceStore | str, *, title: str | None = None, task: str | None = None) -> Starlette:
     """The dashboard app over one trace store (a :class:`TraceStore` or its URL)."""
     store = store if isinstance(store, TraceStore) else TraceStore(store)
@@ -64,10 +69,10 @@ def create_app(store: TraceStore | str, *, title: str | None = None, task: str |
 
     async def index(request: Request):
         keys = await run_in_threadpool(store.dashboard_keys)
-        return html(pages.index_page(keys, repr(store)))
+        return html(pages.index_page(keys, store.shown_url))
 
     async def overview(request: Request):
-        p, t = request.path_params["project"], request.path_params["target"]
+        p, t = _params(request, "project", "target")
         if not await run_in_threadpool(known, p, t):
             return not_found(f"no evaluator for target {t!r} in project {p!r}")
 
@@ -77,7 +82,7 @@ def create_app(store: TraceStore | str, *, title: str | None = None, task: str |
         return html(await run_in_threadpool(render))
 
     async def traces(request: Request):
-        p, t = request.path_params["project"], request.path_params["target"]
+        p, t = _params(request, "project", "target")
         if not await run_in_threadpool(known, p, t):
             return not_found(f"no evaluator for target {t!r} in project {p!r}")
         q = dict(request.query_params)
@@ -109,7 +114,7 @@ def create_app(store: TraceStore | str, *, title: str | None = None, task: str |
         return html(body, status)
 
     async def trace(request: Request):
-        p, t, tid = request.path_params["project"], request.path_params["target"], request.path_params["trace_id"]
+        p, t, tid = _params(request, "project", "target", "trace_id")
         if not await run_in_threadpool(known, p, t):
             return not_found(f"no evaluator for target {t!r} in project {p!r}")
 

@@ -12,7 +12,7 @@ import datetime as dt
 import html
 import json
 import math
-from urllib.parse import quote, urlencode
+from urllib.parse import quote, unquote, urlencode
 
 from ..collectors.store import TraceFilter
 from ..evaluators.reading import fmt_number as _f
@@ -30,12 +30,23 @@ class FilterError(ValueError):
     """A filter value that cannot be read (named, with the expected form)."""
 
 
+def segment(name: str) -> str:
+    """A project/target/trace id as one URL path segment.  The server decodes the path before
+    routing, so a ``/`` sent as ``%2F`` would still split it: ``%`` and ``/`` are escaped once more
+    here (``a/b`` -> ``a%252Fb``) and :func:`from_segment` undoes that after routing."""
+    return quote(name.replace("%", "%25").replace("/", "%2F"), safe="")
+
+
+def from_segment(value: str) -> str:
+    return unquote(value)
+
+
 def scope_href(project: str, target: str, tail: str = "") -> str:
-    return f"/p/{quote(project, safe='')}/{quote(target, safe='')}{tail}"
+    return f"/p/{segment(project)}/{segment(target)}{tail}"
 
 
 def trace_href(project: str, target: str, trace_id: str) -> str:
-    return scope_href(project, target, f"/traces/{quote(trace_id, safe='')}")
+    return scope_href(project, target, f"/traces/{segment(trace_id)}")
 
 
 def page(title: str, body: str) -> str:

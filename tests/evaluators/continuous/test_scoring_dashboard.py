@@ -301,3 +301,56 @@ def test_demo_no_llm_end_to_end(tmp_path, capsys):
     assert "v2 is the champion again" in capsys.readouterr().out
     assert main(["versions", "show", "2", "--out", str(tmp_path / "v2"), *scope]) == 0
     assert (tmp_path / "v2" / "evaluator.json").exists() and (tmp_path / "v2" / "report.md").exists()
+
+
+def test_served_dashboard_reaches_names_with_slash_and_percent(fitted_store, tmp_path):
+    """Projects and targets are free text: one named ``team/support bot 100%`` is listed, linked and
+    opened like any other on the real server (uvicorn decodes %2F before routing, so the links
+    escape ``/`` and ``%`` once more; Starlette's TestClient decodes twice, hence a real server)."""
+    import re
+    import socket
+    import urllib.error
+    import urllib.request
+
+    import sqlalchemy as sa
+    from autometrics.collectors.store import TraceStore
+    from waiting import wait_for_http
+
+    db = tmp_path / "copy.db"
+    shutil.copy(TraceStore(fitted_store).sqlite_path(), db)
+    store = TraceStore(f"sqlite:///{db}")
+    name = "team/support bot 100%"
+    with store.engine.begin() as c:
+        for table in sa.inspect(store.engine).get_table_names():
+            if "project" in {col["name"] for col in sa.inspect(store.engine).get_columns(table)}:
+                c.execute(sa.text(f"UPDATE {table} SET project = :n WHERE project = 'p'"), {"n": name})
+    store.engine.dispose()
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen([sys.executable, "-m", "autometrics._cli.main", "dashboard", "--store", f"sqlite:///{db}", "--serve",
+                             "--project", name, "--target", "score", "--port", str(port)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    base = f"http://127.0.0.1:{port}"
+
+    def get(path: str) -> tuple[int, str]:
+        try:
+            with urllib.request.urlopen(base + path, timeout=30) as r:
+                return r.status, r.read().decode()
+        except urllib.error.HTTPError as exc:
+            return exc.code, exc.read().decode()
+
+    try:
+        assert wait_for_http(f"{base}/health", proc, 60), proc.stdout.read()[-2000:] if proc.poll() is not None else "no answer"
+        code, home = get("/")
+        assert code == 200 and "store sqlite:///" in home and "TraceStore(" not in home
+        links = re.findall(r"href='(/p/[^']+/score)'", home)
+        assert links == ["/p/team%252Fsupport%20bot%20100%2525/score"], links
+        code, over = get(links[0])
+        assert code == 200 and "Evaluator versions" in over and "team/support bot 100%" in over
+        code, listing = get(links[0] + "/traces?version=all")
+        ids = re.findall(r"class='trace' href='(/p/[^']+/score/traces/[0-9a-f]{32})'", listing)
+        assert code == 200 and ids and get(ids[0])[0] == 200
+        assert get("/p/team/support%20bot%20100%25/score")[0] == 404  # unescaped: another path, not a wrong page
+    finally:
+        proc.terminate()
+        proc.wait(20)
