@@ -11,15 +11,16 @@ imports nothing of the package, so every stage can use it.
 
 from __future__ import annotations
 
+import errno
 import json
 import math
 import os
+import secrets
 import sys
-import tempfile
 from pathlib import Path
 
 __all__ = ["data_dir", "data_path", "json_safe", "dumps", "atomic_write_text", "atomic_write_files", "package_version",
-           "OVERRIDES", "spreadsheet_safe", "FORMULA_START", "sweep_stale_temps", "os_error_fix", "pid_alive"]
+           "OVERRIDES", "spreadsheet_safe", "FORMULA_START", "sweep_stale_temps", "os_error_fix", "pid_alive", "new_temp"]
 
 # file -> the variable that overrides its location (a path); the default is data_dir() / file
 OVERRIDES = {
@@ -95,8 +96,7 @@ def atomic_write_text(path, text: str, *, encoding: str = "utf-8") -> Path:
     interrupted write never leaves a half-written file or replaces a good one."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    sweep_stale_temps(path)
-    fd, tmp = tempfile.mkstemp(prefix=_temp_prefix(path), suffix=".tmp", dir=path.parent)
+    fd, tmp = new_temp(path)
     try:
         with os.fdopen(fd, "w", encoding=encoding) as fh:
             fh.write(text)
@@ -111,6 +111,28 @@ def atomic_write_text(path, text: str, *, encoding: str = "utf-8") -> Path:
 def _temp_prefix(path: Path) -> str:
     # the writer's pid is in the name: a later write finds the temporaries of a killed writer
     return f".{path.name}.{os.getpid()}."
+
+
+def new_temp(path) -> tuple[int, str]:
+    """A new temporary sibling of ``path`` to write and then rename over it: (file descriptor
+    open for writing, name).  Temporaries of a killed writer are swept first.
+
+    Why not ``tempfile.mkstemp``: it creates the file with mode 0600, which the rename carries over,
+    so an evaluator.json, a report or a scored CSV would be unreadable to the group and others
+    while every other file of the user (the dashboard too) is not.  Created here like ``open()``
+    creates a file, with mode 0666 less the umask (0644 under umask 022).  No file written here holds
+    a secret (an artifact names the variable holding an API key, never the key), so none needs a
+    stricter mode."""
+    path = Path(path)
+    sweep_stale_temps(path)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0)
+    for _ in range(100):
+        tmp = str(path.parent / f"{_temp_prefix(path)}{secrets.token_hex(4)}.tmp")
+        try:
+            return os.open(tmp, flags, 0o666), tmp
+        except FileExistsError:
+            continue  # a name another writer took meanwhile: draw another
+    raise FileExistsError(errno.EEXIST, "no unused temporary file name", str(path.parent))
 
 
 def pid_alive(pid: int) -> bool:
@@ -172,8 +194,7 @@ def _name_the_path(exc: BaseException, path: Path) -> None:
 
 def _write_temp(path: Path, data: bytes) -> str:
     """``data`` in a new temporary sibling of ``path`` (flushed to disk); returns its name."""
-    sweep_stale_temps(path)
-    fd, tmp = tempfile.mkstemp(prefix=_temp_prefix(path), suffix=".tmp", dir=path.parent)
+    fd, tmp = new_temp(path)
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)

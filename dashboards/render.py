@@ -28,6 +28,7 @@ import pandas as pd
 from ..evaluators.reading import fmt_number as _f
 from ..evaluators.reading import fmt_p as _p
 from ..evaluators.reading import metric_direction
+from ..evaluators.report import inline_html
 from ..evaluators.report_svg import svg_shape
 from . import figures as fig
 
@@ -151,16 +152,47 @@ def _svg_over_time(scores: pd.DataFrame, w=540, h=240, buckets=24) -> str:
     o.append('<polyline fill="none" stroke="#3b7dd8" stroke-width="2" points="' + " ".join(f"{sx(r[0]):.1f},{sy(r[1]):.1f}" for r in rows) + '"/>')
     for r in rows:
         o.append(f'<circle cx="{sx(r[0]):.1f}" cy="{sy(r[1]):.1f}" r="2.5" fill="#3b7dd8"><title>mean {r[1]:.3g}, n={r[4]}</title></circle>')
-    for v, anchor in ((t0, "start"), (t1, "end")):
-        o.append(f'<text x="{sx(v):.1f}" y="{h - mb + 15}" text-anchor="{anchor}">{_when(v)[:16]}</text>')
-    o.append(f'<text x="{(ml + w - mr) / 2:.0f}" y="{h - 4}" text-anchor="middle">trace time (mean and 25–75% band per bucket)</text>')
+    ticks, day = _time_ticks(t.min(), t.max())
+    for v, label in ticks:
+        anchor = "start" if v == ticks[0][0] else "end" if v == ticks[-1][0] else "middle"
+        o.append(f'<line x1="{sx(v):.1f}" x2="{sx(v):.1f}" y1="{h - mb}" y2="{h - mb + 4}" stroke="#8a939c"/>'
+                 f'<text class="tick" x="{sx(v):.1f}" y="{h - mb + 15}" text-anchor="{anchor}">{label}</text>')
+    o.append(f'<text x="{(ml + w - mr) / 2:.0f}" y="{h - 4}" text-anchor="middle">trace time, UTC{day} (mean and 25–75% band '
+             'per bucket)</text>')
     o.append("</svg>")
     return "".join(o)
 
 
-def _svg_histograms(ref, cur, w=540, h=240, bins=20, ref_name="fit time") -> str:
+#: tick formats of a time axis, coarsest first, each with the shortest span it is used for (s)
+_TIME_FORMATS = ((2 * 86_400, "%Y-%m-%d"), (86_400, "%m-%d %H:%M"), (120, "%H:%M"), (2, "%H:%M:%S"), (0, "%H:%M:%S.%f"))
+
+
+def _time_ticks(t0: float, t1: float, n: int = 3) -> tuple[list[tuple[float, str]], str]:
+    """(position ns, label) of up to ``n`` ticks from ``t0`` to ``t1``, in the coarsest format the
+    span allows that tells them apart, and ", 2026-12-06" when the labels leave the day out (one day)."""
+    import datetime as dt
+
+    def fmt(ns, f):
+        text = dt.datetime.fromtimestamp(ns / 1e9, dt.timezone.utc).strftime(f)
+        return text[:-3] if f.endswith("%f") else text  # milliseconds
+
+    span = (t1 - t0) / 1e9
+    if span <= 0:
+        return [(t0, fmt(t0, "%H:%M:%S"))], f", {fmt(t0, '%Y-%m-%d')}"
+    points = list(np.linspace(t0, t1, n))
+    usable = [f for least, f in _TIME_FORMATS if span >= least]
+    f = next((f for f in usable if len({fmt(p, f) for p in points}) == n), usable[-1])
+    labels = [fmt(p, f) for p in points]
+    ticks = [(p, lab) for k, (p, lab) in enumerate(zip(points, labels, strict=True)) if lab not in labels[:k]]
+    days = {fmt(t0, "%Y-%m-%d"), fmt(t1, "%Y-%m-%d")}
+    return ticks, (f", {days.pop()}" if "%d" not in f and len(days) == 1 else "")
+
+
+def _svg_histograms(ref, cur, w=540, h=240, bins=20, ref_name="fit time", cur_name="newest online scores") -> str:
     """Score distribution of the reference (grey: the drift reference window, or the fit-time
-    predictions before one exists) vs the newest online scores (blue)."""
+    predictions before one exists) vs the online scores after it (blue), each bar the share of
+    its window's scores in the bin (the windows differ in size), on a labelled axis; each bar's
+    tooltip gives its count."""
     ref = np.asarray([x for x in ref if x is not None], dtype=float)
     cur = np.asarray(cur, dtype=float)
     ref, cur = ref[np.isfinite(ref)], cur[np.isfinite(cur)]
@@ -171,22 +203,42 @@ def _svg_histograms(ref, cur, w=540, h=240, bins=20, ref_name="fit time") -> str
     if hi - lo < 1e-12:
         hi = lo + 1
     edges = np.linspace(lo, hi, bins + 1)
-    hr = np.histogram(ref, edges)[0] / max(1, len(ref))
-    hc = np.histogram(cur, edges)[0] / max(1, len(cur))
+    cr, cc = np.histogram(ref, edges)[0], np.histogram(cur, edges)[0]
+    hr, hc = cr / max(1, len(ref)), cc / max(1, len(cur))
     top = max(hr.max(initial=0), hc.max(initial=0)) or 1
-    ml, mr, mt, mb = 36, 12, 40, 30  # the legend sits above the plot, never on the bars
+    top = math.ceil(top * 20) / 20  # the axis ends on a multiple of 5%
+    ml, mr, mt, mb = 52, 12, 40, 30  # the legend sits above the plot, never on the bars
     bw = (w - ml - mr) / bins
     o = [f'<svg role="img" aria-label="score distribution, reference versus now" width="{w}" height="{h}" viewBox="0 0 {w} {h}" xmlns="http://www.w3.org/2000/svg">',
          f'<rect x="{ml}" y="{mt}" width="{w - ml - mr}" height="{h - mt - mb}" fill="#fff" stroke="#c9ced4"/>']
+    for v in np.linspace(0, top, 5):  # the share axis
+        y = h - mb - v / top * (h - mt - mb)
+        o.append(f'<line x1="{ml}" x2="{w - mr}" y1="{y:.1f}" y2="{y:.1f}" stroke="#eef0f2"/>'
+                 f'<text class="ytick" x="{ml - 5}" y="{y + 4:.1f}" text-anchor="end">{100 * v:.0f}%</text>')
     for i in range(bins):
-        for val, c, off in ((hr[i], "#9aa5b1", 0.0), (hc[i], "#3b7dd8", 0.5)):
+        for val, n, total, c, off in ((hr[i], cr[i], len(ref), "#9aa5b1", 0.0), (hc[i], cc[i], len(cur), "#3b7dd8", 0.5)):
             bh = val / top * (h - mt - mb)
-            o.append(f'<rect x="{ml + i * bw + off * bw:.1f}" y="{h - mb - bh:.1f}" width="{bw / 2 - 0.5:.1f}" height="{bh:.1f}" fill="{c}"/>')
+            o.append(f'<rect x="{ml + i * bw + off * bw:.1f}" y="{h - mb - bh:.1f}" width="{bw / 2 - 0.5:.1f}" height="{bh:.1f}" '
+                     f'fill="{c}"><title>{n} of {total} scores in [{edges[i]:.3g}, {edges[i + 1]:.3g})</title></rect>')
     o.append(f'<text x="{ml}" y="{h - mb + 15}">{lo:.3g}</text><text x="{w - mr}" y="{h - mb + 15}" text-anchor="end">{hi:.3g}</text>')
+    o.append(f'<text x="{(ml + w - mr) / 2:.0f}" y="{h - mb + 15}" text-anchor="middle">score</text>')
+    o.append(f'<text x="12" y="{(mt + h - mb) / 2:.0f}" transform="rotate(-90 12 {(mt + h - mb) / 2:.0f})" '
+             'text-anchor="middle">share of the window\'s scores</text>')
     o.append(f'<rect x="{ml}" y="4" width="10" height="10" fill="#9aa5b1"/><text x="{ml + 14}" y="13">{html.escape(ref_name)} (n={len(ref)})</text>')
-    o.append(f'<rect x="{ml}" y="20" width="10" height="10" fill="#3b7dd8"/><text x="{ml + 14}" y="29">newest online scores (n={len(cur)})</text>')
+    o.append(f'<rect x="{ml}" y="20" width="10" height="10" fill="#3b7dd8"/><text x="{ml + 14}" y="29">{html.escape(cur_name)} (n={len(cur)})</text>')
     o.append("</svg>")
     return "".join(o)
+
+
+def _fitted_on(version: dict) -> str:
+    """What a version was fitted on, in the numbers the versions table shows: a refit fits on the
+    older feedback and holds the newest out for the champion/challenger comparison."""
+    st = version.get("statistics") or {}
+    made = f"fitted {_when(version['created_at_ns'])}"
+    if st.get("n_train") is None:
+        return f"{made} on {version['n_feedback']} feedback points"
+    return (f"{made} on the {st['n_train']} older of {version['n_feedback']} feedback points; the newest "
+            f"{st.get('n_holdout', 0)} held out for the champion/challenger comparison")
 
 
 def _headline(figs) -> int:
@@ -305,7 +357,7 @@ def render_dashboard(monitor, *, title: str | None = None, sample: int = 8, seed
            f"<title>{e(title or 'AutoMetrics dashboard')}: {e(cfg.target)}</title><style>{_CSS}</style></head><body><main>",
            f"<h1>{e(title or 'AutoMetrics dashboard')} — <code>{e(cfg.target)}</code></h1>",
            f"<div class='meta'>Project <b>{e(cfg.project)}</b>" + (f" · Task: {e(cfg.task)}" if cfg.task else "")
-           + f" · store {e(repr(monitor.store))}"
+           + f" · store {e(monitor.store.shown_url)}"
            + (f"<span class='generated'> · generated {e(_when(__import__('time').time_ns()))}</span>" if stamp else "")
            + f"</div>{nav}"]
     # ---- validity: is the evaluator that scores these traces better than chance?
@@ -326,7 +378,7 @@ def render_dashboard(monitor, *, title: str | None = None, sample: int = 8, seed
     story = None
     if champ:
         out.append(f"<div class='stat' id='champion'><div class='l'>Current evaluator</div><div class='v'>v{champ['version']}</div>"
-                   f"<div class='l'>{e(champ['method'] or '')} · fitted {e(_when(champ['created_at_ns']))} on {champ['n_feedback']} feedback points</div></div>")
+                   f"<div class='l'>{e(champ['method'] or '')} · {e(_fitted_on(champ))}</div></div>")
         figs = [("heldout", "Kendall τ, champion/challenger", fig.holdout(champ)), ("fit-test", "Kendall τ, fit-time", fig.fit_test(champ)),
                 ("live", "Kendall τ, live", fig.live(champ))]
         # one headline agreement figure (the freshest one measured on enough feedback), the others one click away
@@ -351,7 +403,7 @@ def render_dashboard(monitor, *, title: str | None = None, sample: int = 8, seed
     items: list[tuple[str, str, str]] = []  # (class, source, html)
     if champ:
         for label, w in fig.labelled_warnings(champ):
-            items.append(("warn", "evaluator", f"⚠ v{champ['version']} · <span class='fig'>{e(label)}</span>: {e(w)}"))
+            items.append(("warn", "evaluator", f"⚠ v{champ['version']} · <span class='fig'>{e(label)}</span>: {inline_html(w)}"))
     orphans = monitor.store.orphaned_feedback(cfg.target)
     if orphans:
         items.append(("warn", "store", f"⚠ <b>{orphans} orphaned feedback item(s)</b> named <code>{e(cfg.target)}</code>: their "
@@ -393,14 +445,23 @@ def render_dashboard(monitor, *, title: str | None = None, sample: int = 8, seed
     out.append("<h2>Scores</h2><div class='grid'><div class='panel'><b>Scores over time</b>")
     out.append(_svg_over_time(scores))
     # the drift check's own reference (its first out-of-sample online scores) once it has one;
-    # before that the fit-time predictions, named as such
+    # before that the fit-time predictions, named as such.  Compared with the newest online scores
+    # of traces after it, so the two windows never share a score (as the drift check's windows)
     drift = st.get("drift") or {}
-    dref = (drift.get("reference") or {}).get("scores")
-    ref, ref_name = (dref, "drift reference: first online scores after the fit's data") if dref else (
-        st.get("reference_scores") or [], "fit-time predictions")
-    out.append(f"</div><div class='panel'><b>Distribution: {e(ref_name.split(':')[0])} vs newest online scores</b>")
-    cur = pd.to_numeric(scores["score"], errors="coerce").dropna().head(cfg.drift_window).to_numpy() if len(scores) else []
-    out.append(_svg_histograms(ref, cur, ref_name=ref_name))
+    dref = drift.get("reference") or {}
+    if dref.get("scores"):
+        ref, after = dref["scores"], dref.get("last_ns")
+        ref_name, cur_name = "drift reference: the first online scores after the fit's data", "online scores after the reference"
+    else:
+        ref, after = st.get("reference_scores") or [], st.get("fit_traces_until_ns")
+        ref_name, cur_name = "fit-time predictions", "online scores after the fit's data"
+    # compared as the drift check compares them (float ns), so the windows are its windows
+    later = scores if after is None or not len(scores) else scores[scores["trace_start_ns"].astype(float) > float(after)]
+    cur = pd.to_numeric(later["score"], errors="coerce").dropna().head(cfg.drift_window).to_numpy() if len(later) else []
+    if len(cur) == cfg.drift_window:
+        cur_name = f"newest {cur_name}"
+    out.append(f"</div><div class='panel'><b>Distribution: {e(ref_name.split(':')[0])} vs {e(cur_name)}</b>")
+    out.append(_svg_histograms(ref, cur, ref_name=ref_name, cur_name=cur_name))
     if drift:
         out.append(f"<div class='meta' id='drift-state'>{e(fig.drift_summary(drift))}</div>")
     out.append("</div></div>")

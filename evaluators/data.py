@@ -104,6 +104,17 @@ def _require_column(frame: pd.DataFrame, col: str, role: str, source: str, flag:
     )
 
 
+def _no_input_warning(frame: pd.DataFrame, input_col: str, taken: list[str], group_col: str | None) -> str:
+    """What data without its input column loses, the columns that could hold the inputs, and the flag."""
+    cols = [str(c) for c in frame.columns]
+    close = difflib.get_close_matches(input_col, [c for c in cols if c not in taken and c != group_col], n=3, cutoff=0.5)
+    hint = f"did you mean {', '.join(repr(c) for c in close)}? " if close else ""
+    split = "" if group_col else ", and rows are split one by one instead of grouped by input"
+    return (f"no {input_col!r} column: the outputs are used alone (metrics that need the input are skipped{split}). "
+            f"Columns present: {', '.join(cols)}. If one of them holds the inputs (prompts, sources), {hint}"
+            "pass --input-col NAME.")
+
+
 def parse_labels(values: pd.Series, column: str, source: str = "<data>") -> tuple[np.ndarray, LabelInfo]:
     """Parse a target column to floats (NaN = missing) and detect its label kind.
 
@@ -386,7 +397,8 @@ def load_dataset(
     if not has_input:
         if input_col != "input":
             _require_column(frame, input_col, "inputs", source, "--input-col")
-        warnings.append(f"no {input_col!r} column: metrics that need the input are skipped.")
+        # a warning, not an error: outputs rated on their own are a real case (fitted on output-only metrics)
+        warnings.append(_no_input_warning(frame, input_col, [output_col, *targets, id_col or ""], group_col))
 
     if reference_cols is None:
         reference_cols = [c for c in ("references", "reference") if c in frame.columns][:1]

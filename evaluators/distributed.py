@@ -19,6 +19,7 @@ import math
 import pandas as pd
 
 from ..metricbank.errors import Unavailable, UserError
+from ..metricbank.install import install_hint, plain
 from .evaluator import Evaluator
 from .features import is_llm_judge, score_metrics
 
@@ -32,7 +33,7 @@ def engine(scheduler: str | None = None, workers: int | None = None):
     try:
         from distributed import Client, LocalCluster
     except ModuleNotFoundError as exc:
-        raise Unavailable(f"distributed scoring needs Dask ({exc}); pip install 'dask[distributed]'") from exc
+        raise Unavailable(f"distributed scoring needs Dask ({exc}); {plain(install_hint(extra='distributed'))}") from exc
     if scheduler:
         client = Client(scheduler, timeout="30s")
         try:

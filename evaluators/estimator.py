@@ -37,6 +37,7 @@ from sklearn.utils.validation import check_is_fitted
 from ..collectors.files import json_safe
 from ..metricbank import get_metric
 from ..metricbank.errors import DataError, UserError
+from ..metricbank.notices import collect_warnings
 from .data import Dataset, check_target, load_dataset, parse_labels
 from .evaluator import SCORE_COLUMN, score_metrics
 from .induce import DEFAULT_REGRESSION, fit_on_features
@@ -221,15 +222,17 @@ class AutoMetricsRegressor(RegressorMixin, BaseEstimator):
         ``(values, meta, notes)`` already scored on the labelled rows, in their order (the
         LLM-free path then scores nothing)."""
         started = time.perf_counter()
-        ds = self._dataset(X, y, groups)
-        opts = self.judge_options()
-        echo = self.echo or _noop
-        if opts is not None:
-            from .judges.pipeline import fit_with_judges
+        with collect_warnings() as shown:  # what the fit logs or warns goes into its report too
+            ds = self._dataset(X, y, groups)
+            opts = self.judge_options()
+            echo = self.echo or _noop
+            if opts is not None:
+                from .judges.pipeline import fit_with_judges
 
-            result = fit_with_judges(ds, self.target, opts, progress=self.progress, echo=echo, **self.fit_options())
-        else:
-            result = self._fit_llm_free(ds, features, started)
+                result = fit_with_judges(ds, self.target, opts, progress=self.progress, echo=echo, **self.fit_options())
+            else:
+                result = self._fit_llm_free(ds, features, started)
+        result.keep_shown_warnings(shown.messages)
         self.result_ = result
         self.evaluator_ = result.evaluator
         self.features_ = [f["feature"] for f in result.evaluator.features]

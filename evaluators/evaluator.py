@@ -292,10 +292,11 @@ class Evaluator:
         cols = self.artifact.get("columns", {})
         # read once: the validated texts and the rows returned to the caller come from one read
         original, source = read_table(data)
+        input_col = columns.get("input_col") or cols.get("input") or "input"
         ds = load_dataset(
             original,
             None,
-            input_col=columns.get("input_col") or cols.get("input") or "input",
+            input_col=input_col,
             output_col=columns.get("output_col") or cols.get("output") or "output",
             reference_cols=columns.get("reference_cols") or cols.get("references") or None,
             id_col=columns.get("id_col", cols.get("id", "id")),
@@ -307,6 +308,13 @@ class Evaluator:
             raise DataError(
                 f"{ds.source}: this evaluator uses reference-based metrics but the data has no reference column; "
                 "pass --reference-col naming it."
+            )
+        needs_input = [m.name for m in self.metrics() if m.needs_input]
+        if needs_input and not ds.has_input:
+            raise DataError(
+                f"{ds.source}: this evaluator uses metrics that need the input ({', '.join(needs_input)}) but the data has "
+                f"no {input_col!r} column. Columns present: "
+                f"{', '.join(map(str, original.columns))}. Pass --input-col NAME naming the column that holds the inputs."
             )
         return original, ds
 

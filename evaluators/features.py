@@ -50,7 +50,9 @@ def _progress(iterable, *, total: int, desc: str, enabled: bool):
         return iterable
     from tqdm.auto import tqdm
 
-    return tqdm(iterable, total=total, desc=desc, unit="metric", leave=False)
+    # disable=None: no bar when stderr is not a terminal (a log file would get every redraw and no
+    # line end before the next line)
+    return tqdm(iterable, total=total, desc=desc, unit="metric", leave=False, disable=None)
 
 
 def is_llm_judge(metric) -> bool:

@@ -25,6 +25,7 @@ import pandas as pd
 
 from ..metricbank import Metric
 from ..metricbank.errors import DataError, UserError
+from ..metricbank.notices import collect_warnings
 from .data import Dataset, load_dataset
 from .estimator import AutoMetricsRegressor
 from .evaluator import SCORE_COLUMN, Evaluator, load_evaluator, score_metrics
@@ -80,19 +81,22 @@ def fit_evaluator(
     and its validity is cross-fitted (``crossfit``: folds, repeats, permutations; see
     :mod:`autometrics.evaluators.validity`); with ``test_size`` a grouped held-out split is kept.
     """
-    ds = dataset or load_dataset(data, target, input_col=input_col, output_col=output_col, reference_cols=reference_cols,
-                                 id_col=id_col, group_col=group_col)
-    if target not in ds.targets:
-        raise DataError(f"target {target!r} was not loaded; loaded targets: {ds.targets}")
-    if max_rows is not None and features is None:
-        ds = sample_rows(ds, target, max_rows, seed)
-    est = AutoMetricsRegressor(target, task=task, metrics=metrics, llm=llm, llm_options=llm_options, regression=regression,
-                               top_n=top_n, test_size=test_size, crossfit=crossfit, n_boot=n_boot, seed=seed,
-                               input_col=input_col, output_col=output_col, reference_cols=reference_cols, id_col=id_col,
-                               group_col=group_col, progress=progress, echo=echo)
-    if dry_run:
-        return _dry_run(est, ds)
-    return est.fit(ds, features=features).result_
+    with collect_warnings() as shown:  # reading the data may warn too (the estimator collects the fit's own)
+        ds = dataset or load_dataset(data, target, input_col=input_col, output_col=output_col, reference_cols=reference_cols,
+                                     id_col=id_col, group_col=group_col)
+        if target not in ds.targets:
+            raise DataError(f"target {target!r} was not loaded; loaded targets: {ds.targets}")
+        if max_rows is not None and features is None:
+            ds = sample_rows(ds, target, max_rows, seed)
+        est = AutoMetricsRegressor(target, task=task, metrics=metrics, llm=llm, llm_options=llm_options, regression=regression,
+                                   top_n=top_n, test_size=test_size, crossfit=crossfit, n_boot=n_boot, seed=seed,
+                                   input_col=input_col, output_col=output_col, reference_cols=reference_cols, id_col=id_col,
+                                   group_col=group_col, progress=progress, echo=echo)
+        if dry_run:
+            return _dry_run(est, ds)
+        result = est.fit(ds, features=features).result_
+    result.keep_shown_warnings(shown.messages)
+    return result
 
 
 def _dry_run(est: AutoMetricsRegressor, ds: Dataset) -> dict:

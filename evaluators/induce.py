@@ -24,6 +24,7 @@ import pandas as pd
 
 from ..collectors.files import json_safe, package_version
 from ..metricbank.errors import DataError, UserError
+from ..metricbank.notices import add_warnings
 from .blackbox import blackbox_reference
 from .data import Dataset
 from .evaluator import ARTIFACT_FORMAT, ARTIFACT_VERSION, LINEAR_ARTIFACT_VERSION, Evaluator
@@ -78,6 +79,13 @@ class FitResult:
     test: pd.DataFrame
     candidates: pd.DataFrame  # one row per candidate feature
     notes: list[str] = field(default_factory=list)
+    shown_warnings: list[str] = field(default_factory=list)  # logged or warned while it was made (already on screen)
+
+    def keep_shown_warnings(self, messages) -> None:
+        """Warnings logged or warned while the evaluator was made: kept in the artifact's warnings
+        (evaluator.json and the report) and remembered here as already shown."""
+        add_warnings(self.evaluator.artifact, messages)
+        self.shown_warnings += [m for m in messages if m not in self.shown_warnings]
 
 
 def _feature_tau(values: np.ndarray, y: np.ndarray) -> float:

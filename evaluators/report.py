@@ -8,6 +8,7 @@ import re
 from pathlib import Path
 
 from ..metricbank import load_card
+from ..metricbank.formulas import plain_formulas
 from .analysis import robustness, scaling
 from .code_metric import code_metrics_markdown
 from .fit import FitResult
@@ -16,7 +17,7 @@ from .report_candidates import candidates_markdown
 from .report_svg import svg_scatter, svg_shape
 from .validity import artifact_validity, split_line
 
-__all__ = ["render_markdown", "render_html", "write_reports", "attach_analyses"]
+__all__ = ["render_markdown", "render_html", "write_reports", "attach_analyses", "inline_html", "SIGNS_NOTE"]
 
 
 def _stat_line(s: dict) -> str:
@@ -45,11 +46,17 @@ def _terms_line(a: dict) -> str:
     return "z(m) = (m − train mean) / train std; missing values take the train median."
 
 
+#: what "sign-constrained" means for the nnls regressions (report, CLI, dashboard)
+SIGNS_NOTE = ("each weight's sign is fixed to its metric's direction on the training rows (the sign of its train τ: negative "
+              "for a metric whose lower values go with better labels) and only the sizes are fitted, by non-negative least "
+              "squares on the metrics so oriented")
+
+
 def _regression_line(a: dict) -> str:
     m = a["method"]
     name = m.get("regression", "pls")  # artifacts before the regression option were PLS
-    what = {"nnls": "sign-constrained non-negative least squares over near-duplicate-collapsed metrics (each weight has the sign of its metric's train τ)",
-            "nnls_nodedup": "sign-constrained non-negative least squares (no near-duplicate collapsing)",
+    what = {"nnls": f"sign-constrained least squares: {SIGNS_NOTE}; near-duplicate metrics collapsed to one",
+            "nnls_nodedup": f"sign-constrained least squares: {SIGNS_NOTE} (no near-duplicate collapsing)",
             "pls": "two-stage PLS (the AutoMetrics paper)", "enet": "elastic net (penalty by CV)",
             "single": "the best single metric on train",
             "ebm": "one shape per metric, learned jointly by an explainable boosting machine (a metric's direction is its "
@@ -199,6 +206,11 @@ def safe_markdown(text: str, extensions=("tables", "fenced_code")) -> str:
     return md.convert(text)
 
 
+def inline_html(text: str) -> str:
+    """One line of plain text (a warning, an install hint) as HTML: escaped, its `code spans` as code."""
+    return re.sub(r"`([^`\n]+)`", r"<code>\1</code>", html.escape(str(text)))
+
+
 def render_html(result: FitResult) -> str:
     e = html.escape
     ev = result.evaluator
@@ -246,7 +258,7 @@ def render_html(result: FitResult) -> str:
         )
     out.append("</div>")
     if a["warnings"]:
-        out.append("<div class='warn' id='warnings'><b>Warnings</b><ul>" + "".join(f"<li>{e(w)}</li>" for w in a["warnings"]) + "</ul></div>")
+        out.append("<div class='warn' id='warnings'><b>Warnings</b><ul>" + "".join(f"<li>{inline_html(w)}</li>" for w in a["warnings"]) + "</ul></div>")
     else:
         out.append("<div class='ok' id='warnings'>No warnings.</div>")
 
@@ -288,7 +300,7 @@ def render_html(result: FitResult) -> str:
         un = a["unavailable_metrics"]
         out.append(
             f"<details id='unavailable'><summary>{len(un)} MetricBank metrics could not run here (skipped)</summary><ul>"
-            + "".join(f"<li><code>{e(k)}</code>: {e(v)}</li>" for k, v in un.items())
+            + "".join(f"<li><code>{e(k)}</code>: {inline_html(v)}</li>" for k, v in un.items())
             + "</ul></details>"
         )
     if a.get("llm") or _free_retrieval(a):
@@ -307,12 +319,13 @@ def render_html(result: FitResult) -> str:
 
 def _card_for(a: dict, name: str) -> str:
     """A generated judge's, code metric's or nearest-exemplar metric's card comes from the
-    artifact; MetricBank's from the bank."""
-    for g in a.get("generated") or []:
-        if g["feature"] == name:
-            return g["card"]
-    cards = a.get("candidate_cards") or {}
-    return cards[name] if name in cards else _card_markdown(name)
+    artifact; MetricBank's from the bank.  Formulas as plain text (no LaTeX: the report runs no
+    script)."""
+    card = next((g["card"] for g in a.get("generated") or [] if g["feature"] == name), None)
+    if card is None:
+        cards = a.get("candidate_cards") or {}
+        card = cards[name] if name in cards else _card_markdown(name)
+    return plain_formulas(card)
 
 
 def retrieval_markdown(ret: dict | None, h: str = "##") -> list[str]:

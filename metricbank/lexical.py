@@ -18,6 +18,7 @@ import numpy as np
 from . import _text
 from .base import Metric, MetricUnavailable
 from .errors import UserError
+from .install import install_hint
 from .registry import register
 
 __all__ = [
@@ -35,7 +36,7 @@ def _rapidfuzz_distance():
     try:
         from rapidfuzz import distance
     except ImportError as exc:  # pragma: no cover - rapidfuzz is a core dependency
-        raise MetricUnavailable("rapidfuzz is not installed; run `pip install 'rapidfuzz>=3.0'`") from exc
+        raise MetricUnavailable(f"rapidfuzz is not installed; {install_hint('rapidfuzz>=3.0')}") from exc
     return distance
 
 

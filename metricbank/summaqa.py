@@ -26,6 +26,7 @@ from ._models import (
 )
 from .base import MetricUnavailable
 from .errors import UserError
+from .install import install_hint
 from .registry import register
 
 __all__ = ["SummaQA", "capitalized_entities", "token_f1"]
@@ -92,10 +93,10 @@ class SummaQA(ModelMetric):
     def check_available(self) -> None:
         super().check_available()
         if self.params["ner"] == "spacy":
-            for mod, how in (("spacy", "`pip install spacy`"), (self.spacy_model, f"`python -m spacy download {self.spacy_model}` (or its wheel from the spaCy models release page)")):
+            for mod, how in (("spacy", install_hint("spacy")), (self.spacy_model, f"run `python -m spacy download {self.spacy_model}` (or its wheel from the spaCy models release page)")):
                 if importlib.util.find_spec(mod) is None:
                     raise MetricUnavailable(
-                        f"{self.name}: entity masking needs {mod}, not installed; run {how}, or use ner='capitalized' (a heuristic, not the paper's NER)"
+                        f"{self.name}: entity masking needs {mod}, not installed; {how}, or use ner='capitalized' (a heuristic, not the paper's NER)"
                     )
 
     def _load(self, path: Path, device: str):

@@ -17,6 +17,7 @@ from typing import ClassVar
 import numpy as np
 
 from .base import Metric
+from .install import install_hint
 from .ngram import NgramCache, clipped_overlap, sacrebleu_metrics
 from .registry import register
 
@@ -332,7 +333,7 @@ class TER(Metric):
         kernel = _ter_kernel()
         if kernel is None:
             if len(outputs) * max(len(r) for r in references) > 2000:
-                log.warning("TER without numba runs sacrebleu's pure-Python search (slow); `pip install numba`")
+                log.warning("TER without numba runs sacrebleu's pure-Python search (slow); %s", install_hint("numba"))
             from sacrebleu.metrics.lib_ter import translation_edit_rate
 
             def edits(h: list[str], r: list[str]) -> int:

@@ -54,7 +54,7 @@ def choose_llm(no_llm: bool) -> tuple[object, str]:
     """(llm options or None, note): the LLM path only when importable and a model is installed
     (the 0.5B model when present: the demo shows the loop, not the best judge)."""
     if no_llm:
-        return None, "LLM-free fit (--no-llm): MetricBank metrics + NNLS"
+        return None, "LLM-free fit (--no-llm): MetricBank metrics + sign-constrained least squares (NNLS)"
     from autometrics.evaluators.continuous.refit import llm_pipeline_status
 
     ok, why = llm_pipeline_status("embedded")
@@ -94,6 +94,35 @@ class DemoApp:
             return {"simplified": generate(sentence), "trace_id": autometrics.current_trace_id()}
 
         self.simplify = simplify
+
+
+def tau_sources(champion: dict, refits: list) -> str:
+    """One line saying which feedback each Kendall τ printed about the champion was computed on:
+    its fit (cross-fitted, or its own test split), the newest feedback held out at its refit, and
+    the newest feedback of each later refit that compared a challenger with it."""
+    st = champion.get("statistics") or {}
+    v = champion["version"]
+    fit = (st.get("fit") or {}).get("test") or {}
+    hold = (st.get("holdout") or {}).get("challenger") or {}
+    refit_no = next((k for k, r in enumerate(refits, 1) if r.version == v), None)
+    at = f"refit #{refit_no}" if refit_no else "its refit"
+    how = "cross-fitted on" if fit.get("method") == "cross-fit" else "on the fit's own test split of"
+    parts = [f"{_tau(fit)} {how} the {st.get('n_train', fit.get('n'))} older feedback points v{v} was fitted on",
+             f"{_tau(hold)} on the {hold.get('n')} newest points held out at {at}"]
+    for k, r in enumerate(refits, 1):
+        rs = r.statistics or {}
+        if r.version != v and rs.get("champion_version") == v:
+            ho = rs.get("holdout") or {}
+            parts.append(f"{_tau(ho.get('champion') or {})} on the {ho.get('n')} newest points held out at refit #{k} "
+                         f"(v{r.version}: {_tau(ho.get('challenger') or {})} there)")
+    live = (st.get("live_validity") or {}).get("window") or {}
+    if live.get("tau") is not None:  # the dashboard's headline once it rests on 30 or more points
+        parts.append(f"{_tau(live)} on the {live.get('n')} feedback points that arrived after its fit (live, its online scores)")
+    return f"the τ of v{v}, by the data each is computed on: " + "; ".join(parts)
+
+
+def _tau(s: dict) -> str:
+    return "–" if s.get("tau") is None else f"{s['tau']:.3f}"
 
 
 def run_demo(out_dir="autometrics-demo", *, no_llm: bool = False, seed: int = 0, n_boot: int = 500, quiet: bool = False,
@@ -212,9 +241,11 @@ def run_demo(out_dir="autometrics-demo", *, no_llm: bool = False, seed: int = 0,
     if ch:
         v = Evaluator(ch["artifact"]).validity
         _say(quiet, f"champion v{ch['version']}: " + ("validated: " if v["validated"] else "NOT VALIDATED: ") + v["reason"])
-        _say(quiet, f"champion: v{ch['version']} — Kendall tau on the newest held-out feedback at its refit {hold.get('tau', float('nan')):.3f} "
+        _say(quiet, f"champion: v{ch['version']} — Kendall tau {hold.get('tau', float('nan')):.3f} "
                     f"(95% CI {hold.get('ci_low', float('nan')):.3f} .. {hold.get('ci_high', float('nan')):.3f}, "
-                    f"p = {hold.get('p_value', float('nan')):.2g}, n = {hold.get('n')})")
+                    f"p = {hold.get('p_value', float('nan')):.2g}) on the newest {hold.get('n')} feedback points, held out "
+                    "of its fit at its refit")
+        _say(quiet, tau_sources(ch, [r1, r2]))
     _say(quiet, f"done in {summary['seconds']:.0f}s. Open the dashboard: {dash.as_uri()}")
     _say(quiet, f"  (or serve it: autometrics dashboard --store sqlite:///{db} --project {DEMO_PROJECT} --target {TARGET} --serve)")
     store.dispose()

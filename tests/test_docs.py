@@ -51,11 +51,15 @@ def test_readme_is_short():
 
 
 def test_readme_holds_the_ci_test_command():
-    ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8").splitlines()
-    commands = [line.strip() for line in ci if "pytest" in line and not line.lstrip().startswith("#")]
-    assert commands, ".ci/run runs no pytest command"
-    assert commands[-1] in README.read_text(encoding="utf-8"), (
-        f"README.md must show the test command .ci/run runs: {commands[-1]!r}")
+    """CI runs `.ci/test` last; the README's test command ends with it; `.ci/test` runs pytest."""
+    ci = [line.strip() for line in (ROOT / ".ci" / "run").read_text(encoding="utf-8").splitlines()
+          if line.strip() and not line.lstrip().startswith("#")]
+    assert ci[-1] == ".ci/test", f".ci/run must end with the README's test command .ci/test, not {ci[-1]!r}"
+    readme = README.read_text(encoding="utf-8")
+    assert re.search(r"^python3 -m venv \.venv .*&& \.ci/test$", readme, re.M), "README.md must show the test command ending in .ci/test"
+    runs = [line.strip() for line in (ROOT / ".ci" / "test").read_text(encoding="utf-8").splitlines()
+            if "pytest" in line and not line.lstrip().startswith("#")]
+    assert runs == ['python -m pytest -q -m "not llm" "$@"'], runs
 
 
 def test_readme_relative_links_resolve(site):

@@ -27,6 +27,7 @@ import math
 import numpy as np
 
 from ...metricbank.errors import UserError
+from ...metricbank.install import install_hint, plain
 from ..continuous.drift import score_drift
 from ..features import score_metrics
 
@@ -91,7 +92,7 @@ class EvaluatorReward:
         try:
             import dspy  # noqa: F401
         except ImportError as exc:  # pragma: no cover - dspy is in the llm extra
-            raise ImportError("as_dspy_metric needs DSPy: pip install 'autometrics-sdk[llm]'") from exc
+            raise ImportError(f"as_dspy_metric needs DSPy: {plain(install_hint(extra='llm'))}") from exc
         cols = evaluator.artifact.get("columns") or {}
         refs = cols.get("references") or []
         self.evaluator = evaluator

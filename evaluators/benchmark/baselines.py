@@ -49,6 +49,7 @@ from collections import Counter
 import numpy as np
 
 from ...metricbank.errors import UserError
+from ...metricbank.install import install_hint, plain
 from ..blackbox import gbm_model, single_threaded, xgboost_version  # noqa: F401
 from ..stats import kendall_tau
 from .interface import (  # noqa: F401  (re-exported)
@@ -139,8 +140,8 @@ class MetaMetricsBaseline(Baseline):
         if backend not in ("auto", "xgboost", "sklearn"):
             raise UserError(f"backend must be auto, xgboost or sklearn, got {backend!r}")
         if backend == "xgboost" and xgboost_version() is None:
-            raise ImportError("MetaMetrics backend 'xgboost' needs the xgboost package: pip install xgboost-cpu "
-                              "(CPU-only wheel) or pip install xgboost; or use backend='sklearn'")
+            raise ImportError(f"MetaMetrics backend 'xgboost' needs the xgboost package: {plain(install_hint('xgboost-cpu', extra='bench'))} "
+                              "(the CPU-only wheel); or use backend='sklearn'")
         self.features = features if features is not None else MetricFeatures(bank=bank)
         self.backend = "xgboost" if backend == "xgboost" or (backend == "auto" and xgboost_version()) else "sklearn"
         self.seed = seed

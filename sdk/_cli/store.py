@@ -71,7 +71,7 @@ def cmd_store(args) -> int:
                 out["sqlite_mib_before"], out["sqlite_mib_after"] = round(sizes[0], 2), round(sizes[1], 2)
             print(json.dumps(out))
             return 0
-        print(f"{store!r}:")
+        print(f"store {store.shown_url}:")
         print(res.summary())
         if sizes and sizes[0]:
             print(f"VACUUM: SQLite file {sizes[0]:,.1f} MiB -> {sizes[1]:,.1f} MiB")

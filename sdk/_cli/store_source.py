@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import datetime as dt
 import re
+import shlex
 from pathlib import Path
 
 from autometrics.collectors.durations import parse_duration
@@ -23,7 +24,7 @@ from autometrics.collectors.files import project_name
 from autometrics.evaluators.data import load_dataset
 from autometrics.metricbank.errors import DataError, UserError
 
-__all__ = ["store_url_of", "parse_since", "load_fit_data", "store_training_frame"]
+__all__ = ["store_url_of", "parse_since", "load_fit_data", "store_training_frame", "check_scope"]
 
 SQLITE_SUFFIXES = (".db", ".sqlite", ".sqlite3")
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*):")
@@ -109,7 +110,7 @@ def _sqlite_url(data: str) -> str:
         if not Path(db).is_absolute():
             hint = (f" sqlite:///{db} (three slashes) is relative to the current folder ({Path.cwd()}); "
                     f"for /{db} write sqlite:////{db} (four slashes).")
-        raise DataError(f"no SQLite trace store at {path}: file not found.{hint}")
+        raise StoreFileMissing(f"no SQLite trace store at {path}: file not found.{hint}")
     return u.set(database=str(path)).render_as_string(hide_password=False)
 
 
@@ -252,25 +253,108 @@ def _listing(counts: dict, unit: str) -> str:
 
 
 def _inventory(store) -> dict:
-    """Traces per project, feedback names (traces labelled) per project, and feedback kinds:
-    what a user needs to fix ``--project`` / ``--target``.  Aggregates in SQL (no content read)."""
+    """Traces per project, feedback names (traces labelled) per project, feedback kinds, and
+    evaluator versions per project and target: what a user needs to fix ``--project`` /
+    ``--target``.  Aggregates in SQL (no content read)."""
     import sqlalchemy as sa
-    from autometrics.collectors.store.schema import feedback, spans
+    from autometrics.collectors.store.schema import evaluator_versions, feedback, spans
 
     per_trace = sa.select(spans.c.trace_id, spans.c.project).distinct().subquery()
     q_proj = sa.select(per_trace.c.project, sa.func.count()).group_by(per_trace.c.project)
     q_fb = (sa.select(per_trace.c.project, feedback.c.name, feedback.c.kind, sa.func.count(sa.distinct(feedback.c.trace_id)))
             .join(per_trace, per_trace.c.trace_id == feedback.c.trace_id)
             .group_by(per_trace.c.project, feedback.c.name, feedback.c.kind))
-    out: dict = {"projects": {}, "feedback": {}, "kinds": {}}
+    v = evaluator_versions
+    q_ver = sa.select(v.c.project, v.c.target, sa.func.count()).group_by(v.c.project, v.c.target)
+    out: dict = {"projects": {}, "feedback": {}, "kinds": {}, "versions": {}}
     with store.engine.connect() as conn:
         for p, n in conn.execute(q_proj):
             out["projects"][p] = int(n)
+        for p, t, n in conn.execute(q_ver):
+            out["versions"].setdefault(p, {})[t] = int(n)
         for p, name, kind, n in conn.execute(q_fb):
             fb = out["feedback"].setdefault(p, {})
             fb[name] = fb.get(name, 0) + int(n)  # a trace labelled under two kinds counts once per kind (rare)
             out["kinds"].setdefault((p, name), set()).add(kind)
     return out
+
+
+def check_scope(store, project: str, target: str | None) -> None:
+    """Refuse a ``--project`` (and ``--target``, unless None) that names nothing in the store while
+    the store holds something else: a UserError naming what it does hold and the flag to pass.  A
+    command that reads the store must not answer "no evaluator versions" (exit 0) for a project left
+    at its default or misspelt.  Cheap when the scope exists (indexed look-ups); the inventory is
+    read only to explain a miss.  A store with nothing to point at passes: the command says what
+    it finds."""
+    if _scope_holds(store, project, target):
+        return
+    inv = _inventory(store)
+    known = {p for p in (*inv["projects"], *inv["versions"]) if p is not None}
+    holds = f"{_hidden(store.url)} holds {_holdings(inv, known)}"
+    if project not in known:
+        if not known:
+            return
+        if len(known) == 1:
+            only = next(iter(known))
+            names = _names(inv, only)
+            also = f" --target {shlex.quote(names[0])}" if target is not None and target not in names and len(names) == 1 else ""
+            fix = f"Pass --project {shlex.quote(only)}{also}"
+        else:
+            with_target = sorted(p for p in known if target in _names(inv, p)) if target is not None else []
+            fix = (f"Pass --project {shlex.quote(with_target[0])}" if len(with_target) == 1
+                   else "Pass --project with one of them")
+        raise UserError(f"project {project!r} has no traces or evaluator versions in that store; {holds}. {fix}.")
+    if target is None or not any(_names(inv, p) for p in known):
+        return
+    here = _names(inv, project)
+    elsewhere = sorted(p for p in known if target in _names(inv, p))
+    if elsewhere:
+        fix = f"{target!r} is in project {', '.join(map(repr, elsewhere))}: pass --project " + (
+            shlex.quote(elsewhere[0]) if len(elsewhere) == 1 else "with one of them")
+    elif here:
+        fix = f"Pass --target {shlex.quote(here[0])}" if len(here) == 1 else "Pass --target with one of them"
+    else:
+        fix = ("Record feedback under that name first (autometrics.feedback(trace_id, NAME, value) or POST /v1/feedback), "
+               "or pass --project with another project")
+    raise UserError(f"no feedback or evaluator versions named {target!r} in project {project!r}; {holds}. {fix}.")
+
+
+def _scope_holds(store, project: str, target: str | None) -> bool:
+    """Whether the store has evaluator versions or feedback of ``target`` in ``project`` (with
+    ``target`` None: versions or traces of ``project``); two indexed look-ups of one row each."""
+    import sqlalchemy as sa
+    from autometrics.collectors.store.schema import evaluator_versions, feedback, traces
+
+    v = evaluator_versions
+    q = sa.select(v.c.id).where(v.c.project == project)
+    if target is None:
+        other = sa.select(traces.c.trace_id).where(traces.c.project == project)
+    else:
+        q = q.where(v.c.target == target)
+        other = (sa.select(feedback.c.id).join(traces, traces.c.trace_id == feedback.c.trace_id)
+                 .where(traces.c.project == project, feedback.c.name == target))
+    with store.engine.connect() as conn:
+        return any(conn.execute(x.limit(1)).first() is not None for x in (q, other))
+
+
+def _names(inv: dict, project) -> list[str]:
+    """The feedback names and evaluator targets of ``project``, sorted."""
+    return sorted({*inv["feedback"].get(project, {}), *inv["versions"].get(project, {})})
+
+
+def _holdings(inv: dict, projects: set) -> str:
+    """Each project with its traces, feedback names and evaluator versions (the 12 largest)."""
+    order = sorted(projects, key=lambda p: (-inv["projects"].get(p, 0), str(p)))
+    parts = []
+    for p in order[:12]:
+        n = inv["projects"].get(p, 0)
+        bits = [f"{n} trace{'s' if n != 1 else ''}"]
+        if inv["feedback"].get(p):
+            bits.append("feedback " + _listing(inv["feedback"][p], "trace"))
+        if inv["versions"].get(p):
+            bits.append("evaluator versions of target " + _listing(inv["versions"][p], "version"))
+        parts.append(f"project {p!r} ({'; '.join(bits)})")
+    return ", ".join(parts) + (f" and {len(order) - 12} more project(s)" if len(order) > 12 else "")
 
 
 def load_fit_data(args):

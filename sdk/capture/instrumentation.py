@@ -57,6 +57,7 @@ from collections.abc import Callable
 
 from autometrics.collectors.conventions import client_call_inside
 from autometrics.metricbank.errors import UserError
+from autometrics.metricbank.install import install_hint, plain
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.trace import SpanKind
@@ -216,9 +217,9 @@ def instrument(*clients: str) -> list[str]:
     for c in names:
         missing = _missing(c)
         if missing == c:
-            raise ImportError(f"instrument({c!r}): {c} is not installed (pip install {c})")
+            raise ImportError(f"instrument({c!r}): {c} is not installed ({plain(install_hint(c))})")
         if missing:
-            raise ImportError(f"instrument({c!r}) needs {missing}: pip install 'autometrics-sdk[observe]'")
+            raise ImportError(f"instrument({c!r}) needs {missing}: {plain(install_hint(extra='observe'))}")
     mode = _content_mode()
     done = []
     with _lock:

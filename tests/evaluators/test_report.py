@@ -82,3 +82,52 @@ def test_html_renders_in_headless_chromium(written, tmp_path):
     # the page is not blank: a good share of pixels differ from the background colour
     data = shot.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def _outside_code(text: str) -> str:
+    """``text`` without its code (Markdown code spans and fences, HTML <code>/<pre>), where a
+    backslash or a dollar sign is literal (a regex, $AUTOMETRICS_MODELS_DIR)."""
+    text = re.sub(r"<(code|pre)>.*?</\1>", "", text, flags=re.S)
+    return re.sub(r"```.*?```|`[^`\n]*`", "", text, flags=re.S)
+
+
+def test_every_metric_card_shows_its_formulas_as_text(written):
+    import copy
+    import dataclasses
+
+    from autometrics.evaluators.evaluator import Evaluator
+    from autometrics.evaluators.report import render_html
+    from autometrics.metricbank import list_metrics, load_card
+
+    res, _ = written
+    art = copy.deepcopy(res.evaluator.artifact)
+    f0 = art["features"][0]
+    names = list_metrics()
+    art["features"] = [{**f0, "feature": n, "metric": {**f0["metric"], "name": n}} for n in names]
+    every = dataclasses.replace(res, evaluator=Evaluator(art))
+    assert sum("$$" in load_card(n) for n in names) >= 30  # the cards do write formulas in LaTeX
+    for page in (render_markdown(every), render_html(every)):
+        shown = _outside_code(page)
+        for n in names:  # each card is in the page, none fell back to "(no Metric Card ...)"
+            assert "no Metric Card" not in shown and n in shown
+        assert "$$" not in shown
+        assert not re.findall(r"\\[A-Za-z]+", shown), sorted(set(re.findall(r"\\[A-Za-z]+", shown)))
+        cards = shown[shown.index("Metric Cards of the selected metrics"):]  # elsewhere "$VAR" is text
+        assert not re.findall(r"\$[^$\n]+\$", cards)
+    md = render_markdown(every)
+    assert "NovelNGramRatioₙ(y, x) = |{g ∈ Gₙ(y) : g ∉ Sₙ(x)}|/|Gₙ(y)|" in md
+    assert "`$AUTOMETRICS_MODELS_DIR/<name>`" in md  # code is left as it is
+
+
+def test_warning_code_spans_are_code_in_html(written):
+    import copy
+    import dataclasses
+
+    from autometrics.evaluators.evaluator import Evaluator
+    from autometrics.evaluators.report import render_html
+
+    res, _ = written
+    art = copy.deepcopy(res.evaluator.artifact)
+    art["warnings"] = ["METEOR: no WordNet found (install it with `apt-get install wordnet-base`)"]
+    page = render_html(dataclasses.replace(res, evaluator=Evaluator(art)))
+    assert "with <code>apt-get install wordnet-base</code>)" in page and "`" not in _outside_code(page)

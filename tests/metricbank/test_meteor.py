@@ -111,7 +111,9 @@ def test_multi_reference_is_max_and_empty_output_is_zero():
 
 def test_auto_detection_without_wordnet(monkeypatch, tmp_path, caplog):
     monkeypatch.setenv(meteor_mod.WORDNET_ENV, str(tmp_path))  # a folder without WordNet files
-    monkeypatch.setattr(meteor_mod, "_warned_no_wordnet", False)
+    from autometrics.metricbank import notices
+
+    monkeypatch.setattr(notices, "_logged_once", set())  # as in a fresh process
     with caplog.at_level(logging.WARNING, logger=meteor_mod.__name__):
         m1 = get_metric("METEOR")
         m2 = get_metric("METEOR")

@@ -485,6 +485,64 @@ def test_store_commands_do_not_create_a_missing_sqlite_store(tmp_path, capsys):
         assert not db.exists()
 
 
+def test_read_commands_after_the_demo_find_its_store_or_name_the_flags(tmp_path, monkeypatch, capsys):
+    """Issue #28: right after `autometrics demo` (its store in ./autometrics-demo/), a command that
+    reads a store finds that store when the default one does not exist, and says so; a --project or
+    --target naming nothing in a store is one error listing what the store holds and the flag to
+    pass, never "no evaluator versions" with exit 0."""
+    from autometrics.collectors.store import TraceStore
+    from monitor_data import simpeval, write_traces
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("AUTOMETRICS_HOME", str(tmp_path / "home"))  # no default store
+    monkeypatch.delenv("AUTOMETRICS_PROJECT", raising=False)
+    assert main(["demo", "--no-llm", "--n-boot", "50"]) == 0
+    capsys.readouterr()
+    assert (tmp_path / "autometrics-demo" / "traces.db").is_file()
+
+    code, out, err = _run(["versions", "list", "--target", "score"], capsys)
+    assert code == 0, err
+    assert "v1  champion" in out and "v2" in out
+    assert "reading autometrics-demo/traces.db" in err and "project 'demo-simpeval'" in err and str(tmp_path / "home") in err
+    code, out, _ = _run(["versions", "show", "1", "--target", "score"], capsys)
+    assert code == 0 and "v1" in out
+
+    demo = ["--store", "autometrics-demo/traces.db"]
+    holds = "holds project 'demo-simpeval' (360 traces; feedback 'score' (300 traces); evaluator versions of target 'score' (2 versions))"
+    for argv in (["versions", "list", *demo], ["versions", "list", "--json", *demo], ["versions", "show", "1", *demo],
+                 ["versions", "rollback", "1", *demo], ["refit", *demo], ["dashboard", "--out", tmp_path / "d.html", *demo]):
+        code, out, err = _run([*argv, "--target", "score"], capsys)
+        _one_error(code, err, "project 'default' has no traces or evaluator versions", holds, "Pass --project demo-simpeval.")
+        assert out == ""
+    assert not (tmp_path / "d.html").exists()
+    code, _, err = _run(["versions", "list", "--target", "scroe", "--project", "demo-simpeval", *demo], capsys)
+    _one_error(code, err, "no feedback or evaluator versions named 'scroe' in project 'demo-simpeval'", holds,
+               "Pass --target score.")
+
+    # a second project: labelled traces but no evaluator yet is an answer (exit 0), not a mistake
+    store = TraceStore(f"sqlite:///{tmp_path / 'autometrics-demo' / 'traces.db'}")
+    write_traces(store, simpeval(12), project="my app", target="thumbs")
+    store.dispose()
+    code, out, err = _run(["versions", "list", "--target", "thumbs", "--project", "my app", *demo], capsys)
+    assert code == 0 and err == ""
+    assert out.startswith("no evaluator versions for target 'thumbs' in project 'my app' yet; `autometrics refit "
+                          "--target thumbs --project 'my app' --store autometrics-demo/traces.db` fits the first")
+    code, _, err = _run(["versions", "list", "--target", "score", "--project", "my app", *demo], capsys)
+    _one_error(code, err, "named 'score' in project 'my app'", "project 'my app' (12 traces; feedback 'thumbs' (12 traces))",
+               "'score' is in project 'demo-simpeval': pass --project demo-simpeval.")
+    code, _, err = _run(["versions", "list", "--target", "score", "--project", "nope", *demo], capsys)
+    _one_error(code, err, "project 'nope' has no traces", "Pass --project demo-simpeval.")  # the one project with 'score'
+    code, _, err = _run(["dashboard", "--target", "thumbs", "--project", "my app", "--out", tmp_path / "d.html", *demo], capsys)
+    assert code == 0 and (tmp_path / "d.html").is_file()
+
+    # no demo here: the default store's absence is the error, and it says where the demo's store is
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    code, _, err = _run(["versions", "list", "--target", "score"], capsys)
+    _one_error(code, err, f"no SQLite trace store at {tmp_path / 'home' / 'traces.db'}", "pass --store URL",
+               "--store autometrics-demo/traces.db from the folder it ran in")
+
+
 def test_demo_refuses_to_replace_a_real_trace_store(tmp_path, capsys):
     import sqlite3
 
