@@ -164,6 +164,10 @@ def alert_figure(alert: dict, version: dict | None) -> str:
             # the drift check compares with the champion/challenger figure, whatever its message calls it
             label += f", compared with τ {ref:.3f} on the {holdout(version)[1]}"
         return label
+    if kind == "traffic_change" and isinstance(d, dict) and isinstance(d.get("alarm"), dict):  # sequential CUSUM
+        a, ref = d["alarm"], d.get("reference") or {}
+        return (f"{SCORES} (n={a['at'] - a['change_at'] + 1} online scores since the estimated change point vs the "
+                f"reference of the first {ref.get('n', 0)} online scores after the fit's data; sequential CUSUM)")
     if isinstance(d, dict) and isinstance(d.get("reference"), dict):  # windows of online scores (drift_windows)
         windows = d.get("windows") or []
         keep = set(d.get("run") or [])  # the consecutive significant windows the alert is about

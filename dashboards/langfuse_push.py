@@ -57,7 +57,10 @@ log = logging.getLogger("autometrics.langfuse")
 
 WARNING_CATEGORIES = ["low-significance", "small-n", "validity-decay", "score-drift", "refit-error"]
 _KIND_TO_CATEGORY = {"low_significance": "low-significance", "small_n": "small-n", "validity_decay": "validity-decay",
-                     "score_drift": "score-drift", "refit_error": "refit-error"}
+                     "score_drift": "score-drift", "refit_error": "refit-error",
+                     # the sequential detector's alert shares the score-drift category: the categories of a
+                     # score config already in a Langfuse project cannot change
+                     "traffic_change": "score-drift"}
 WARNING_NAME = "autometrics warning"
 VALIDITY_NAME = "autometrics validity"
 VALIDITY_CATEGORIES = ["validated", "unvalidated"]

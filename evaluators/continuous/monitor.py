@@ -53,6 +53,7 @@ from .drift import (
     validity_message,
 )
 from .refit import compare, decide, fit_for_refit, holdout_predictions, newest_holdout
+from .sequential import SequentialSettings, sequential_message, start_state, update_state
 
 __all__ = ["MonitorConfig", "Monitor", "RefitOutcome"]
 
@@ -99,6 +100,9 @@ class MonitorConfig:
     drift_window: int = 200  # scores per drift window (consecutive, non-overlapping, after the reference)
     validity_window: int = 200  # newest feedback (after the fit) used for validity decay
     drift: DriftThresholds = field(default_factory=DriftThresholds)  # when drift/validity statistics alert
+    # sequential change detection (CUSUM) on the score, each metric and the failed/empty rate; None: off
+    sequential: SequentialSettings | None = field(default_factory=SequentialSettings)
+    max_reference: int = 1600  # the sequential reference doubles from reference_window up to this while nothing alarms
     aggregate: str = "latest"
     promote_unvalidated: bool = False  # make an evaluator champion even when its validity is not above chance
     crossfit: object = None  # validity options (autometrics.evaluators.validity.CrossFit); None: the defaults
@@ -375,6 +379,11 @@ class Monitor:
         th = self.cfg.drift or DriftThresholds()
         labelled = self.labelled_frame()
         new_alerts = [self._check_score_drift(ch, th, labelled)]
+        if self.cfg.sequential is not None:
+            try:
+                new_alerts.append(self._check_sequential(ch, labelled))
+            except Exception as exc:  # one detector's bookkeeping must not stop the other checks
+                log.warning("sequential drift check failed: %s: %s", type(exc).__name__, exc)
         # validity: online scores of traces whose feedback arrived after the champion's fit
         fresh = labelled[labelled["feedback_ns"] > (ch["feedback_max_ns"] or 0)] if len(labelled) else labelled
         if len(fresh):
@@ -406,10 +415,7 @@ class Monitor:
         """Test the champion's complete, not yet tested score windows (see :func:`.drift.drift_windows`);
         the state (frozen reference, tested windows) lives in the version's statistics under ``drift``."""
         st = ch["statistics"]
-        since = st.get("fit_traces_until_ns")
-        if since is None:  # a version stored before this field: the newest trace with feedback the fit saw
-            seen = labelled[labelled["feedback_ns"] <= (ch["feedback_max_ns"] or 0)] if len(labelled) else labelled
-            since = _max_start_ns(seen)
+        since = self._fit_data_until(ch, labelled)
         scores = self.store.scores_frame(ch["id"], columns=["trace_start_ns", "score"], since_ns=int(since))
         sc = pd.to_numeric(scores["score"], errors="coerce")
         state = drift_windows(scores["trace_start_ns"].to_numpy(dtype=float), sc.to_numpy(dtype=float), since_ns=int(since),
@@ -426,6 +432,85 @@ class Monitor:
                    "mean_reference": state["reference"]["mean"], "mean_current": last["mean"]}
         details["reference"] = {k: v for k, v in state["reference"].items() if k != "scores"}
         return self._alert_once("score_drift", "alert", score_drift_message(state), ch["id"], details)
+
+    def _fit_data_until(self, ch: dict, labelled: pd.DataFrame) -> int:
+        """Start of the newest trace the version's fit used (drift references begin after it)."""
+        since = ch["statistics"].get("fit_traces_until_ns")
+        if since is None:  # a version stored before this field: the newest trace with feedback the fit saw
+            seen = labelled[labelled["feedback_ns"] <= (ch["feedback_max_ns"] or 0)] if len(labelled) else labelled
+            since = _max_start_ns(seen)
+        return int(since)
+
+    def _sequential_rows(self, evaluator_id: str, since_ns: int, limit: int | None = None) -> pd.DataFrame:
+        """Online scores after ``since_ns`` in start order: score, metric values, failed-or-empty flag."""
+        import json
+
+        f = self.store.scores_frame(evaluator_id, columns=["trace_id", "trace_start_ns", "score", "metrics", "error"],
+                                    since_ns=since_ns)
+        f = f.sort_values(["trace_start_ns", "trace_id"], kind="stable")
+        if limit is not None:
+            f = f.head(limit)
+        f = f.reset_index(drop=True)
+        score = pd.to_numeric(f["score"], errors="coerce")
+        ids = f["trace_id"].tolist()
+        texts = pd.concat([self.store.trace_texts(ids[i:i + 500]) for i in range(0, len(ids), 500)] or [pd.DataFrame()])
+        out = texts.set_index("trace_id")["output"] if len(texts) else pd.Series(dtype=object)
+        empty = f["trace_id"].map(out).map(lambda o: not isinstance(o, str) or not o.strip())
+        metrics = pd.DataFrame([json.loads(m) if isinstance(m, str) and m else {} for m in f["metrics"]], index=f.index)
+        metrics = metrics.apply(pd.to_numeric, errors="coerce") if len(metrics.columns) else metrics
+        return pd.concat([f[["trace_start_ns"]], score.rename("score"),
+                          (f["error"].notna() | score.isna() | empty).astype(float).rename("failed"),
+                          metrics.add_prefix("m:")], axis=1)
+
+    def _check_sequential(self, ch: dict, labelled: pd.DataFrame) -> dict | None:
+        """Advance the champion's sequential detectors (:mod:`.sequential`) over its new online
+        scores; the state lives in the version's statistics under ``sequential``.  The reference is
+        the first ``reference_window`` scores after the fit's data, doubled (up to ``max_reference``)
+        while nothing alarms, each time with thresholds calibrated afresh."""
+        settings = self.cfg.sequential
+        since = self._fit_data_until(ch, labelled)
+        prev = ch["statistics"].get("sequential") or {}
+        same = prev.get("since_ns") == since and prev.get("settings") == settings.to_dict() and prev.get("detectors")
+        grow = False
+        if same:
+            state = prev
+            ref_n = state["reference"]["n"]
+            # a longer reference is a better one (less estimation error, lower thresholds), but only traffic with no
+            # sign of a change may join it: every sum below half its threshold
+            quiet = all(max(d["s_up"], d.get("s_down", 0.0)) < d["h"] / 2 for d in state["detectors"].values())
+            grow = state["alarm"] is None and quiet and ref_n * 2 <= self.cfg.max_reference and ref_n + state["n"] >= ref_n * 2
+        if not same or grow:
+            want = (prev["reference"]["n"] * 2) if same else self.cfg.reference_window
+            rows = self._sequential_rows(ch["id"], since)
+            if len(rows) < want:
+                state = {"since_ns": since, "settings": settings.to_dict(),
+                         "state": f"collecting reference ({len(rows)}/{want} scores after the fit's data)"}
+                self.store.update_version_statistics(ch["id"], "sequential", state)
+                return None
+            while want * 2 <= min(len(rows), self.cfg.max_reference):
+                want *= 2
+            ref, rest = rows.iloc[:want], rows.iloc[want:]
+            metric_cols = [c for c in rows.columns if c.startswith("m:")]
+            state = start_state({"score": ref["score"].to_numpy(float), "failed": ref["failed"].tolist(),
+                                 "metrics": {c[2:]: ref[c].to_numpy(float) for c in metric_cols}}, settings, seed=self.cfg.seed)
+            state.update(since_ns=since, reference={"n": int(want), "first_ns": int(ref["trace_start_ns"].iloc[0]),
+                                                    "last_ns": int(ref["trace_start_ns"].iloc[-1])},
+                         until_ns=int(ref["trace_start_ns"].iloc[-1]))
+        else:
+            rest = self._sequential_rows(ch["id"], int(state["until_ns"]))
+        if len(rest):
+            metric_cols = [c for c in rest.columns if c.startswith("m:")]
+            update_state(state, rest["trace_start_ns"].to_numpy(float), rest["score"].to_numpy(float),
+                         {c[2:]: rest[c].to_numpy(float) for c in metric_cols}, rest["failed"].to_numpy(float))
+        state["state"] = (f"watching {state['n']} trace(s) after a reference of {state['reference']['n']}"
+                          if state["alarm"] is None else "alarm")
+        self.store.update_version_statistics(ch["id"], "sequential", {**state, "checked_at_ns": _now_ns()})
+        if state["alarm"] is None:
+            return None
+        return self._alert_once("traffic_change", "alert", sequential_message(state), ch["id"],
+                                {"alarm": state["alarm"], "reference": state["reference"], "settings": state["settings"],
+                                 "detectors": {n: {k: v for k, v in d.items() if k in ("kind", "mean", "sd", "p0", "h", "alarm")}
+                                               for n, d in state["detectors"].items() if d.get("alarm")}})
 
     def _alert_once(self, kind, severity, message, evaluator_id, details) -> dict | None:
         """One open alert per (kind, evaluator version): a condition that persists is not re-alerted."""

@@ -6,7 +6,7 @@
                      [--judge-concurrency N] [--judge-url URL]
                      [--langfuse auto|on|off] [--langfuse-max-attempts N] [--no-llm] [--once] [--run-for S]
                      [--drift-ks-alpha P] [--drift-psi X] [--drift-min-scores N] [--drift-window N]
-                     [--drift-reference-window N] [--drift-persistence K]
+                     [--drift-reference-window N] [--drift-persistence K] [--drift-arl N] [--no-sequential-drift]
                      [--validity-p P] [--validity-alpha P] [--validity-min-n N] [--validity-window N]
   autometrics refit --target NAME [--store URL] [--project P] [--force] [--no-llm]
   autometrics versions list|show N [--out DIR]|compare A B|rollback N  --target NAME [--store URL] [--project P]
@@ -23,6 +23,7 @@ import contextlib
 import json
 import logging
 import sys
+from pathlib import Path
 
 from autometrics.collectors.files import project_name
 from autometrics.metricbank.errors import UserError
@@ -77,6 +78,12 @@ def _drift_opts(p: argparse.ArgumentParser) -> None:
                    help="the drift reference: the first N online scores of traces after the fit's data (default 200)")
     g.add_argument("--drift-persistence", type=count(1), default=d.persistence, metavar="K",
                    help=f"a drift alert needs K significant windows in a row (default {d.persistence})")
+    g.add_argument("--drift-arl", type=count(100), default=10_000, metavar="N",
+                   help="sequential detection (CUSUM on the score, each metric and the failed/empty rate, from the first "
+                        "trace after the reference): its false-alarm budget, about N traces of unchanged traffic between "
+                        "false alarms (default 10000; larger = fewer false alarms, later detection)")
+    g.add_argument("--no-sequential-drift", action="store_true",
+                   help="leave sequential detection off (the windowed test above still runs)")
     g.add_argument("--validity-alpha", type=fraction, default=d.validity_alpha, metavar="P",
                    help=f"validity-decay alert when the drop from the fit's tau has a one-sided p below P (default {d.validity_alpha:g})")
     g.add_argument("--validity-p", type=fraction, default=d.validity_p, metavar="P",
@@ -141,8 +148,11 @@ def _drift_config(args) -> dict:
     th = DriftThresholds(ks_alpha=args.drift_ks_alpha, psi_alert=args.drift_psi, min_scores=args.drift_min_scores,
                          validity_min_n=args.validity_min_n, validity_p=args.validity_p, persistence=args.drift_persistence,
                          validity_alpha=args.validity_alpha)
+    from autometrics.evaluators.continuous.sequential import SequentialSettings
+
     return {"drift": th, "drift_window": args.drift_window, "validity_window": args.validity_window,
-            "reference_window": args.drift_reference_window}
+            "reference_window": args.drift_reference_window,
+            "sequential": None if args.no_sequential_drift else SequentialSettings(arl=args.drift_arl)}
 
 
 def add_commands(subparsers) -> None:
@@ -192,70 +202,100 @@ def add_commands(subparsers) -> None:
     vs = v.add_subparsers(dest="versions_command")
     vl = vs.add_parser("list", help="every version with its status, held-out tau, CI, p-value and n")
     _common(vl)
-    vl.add_argument("--json", action="store_true")
+    vl.add_argument("--json", action="store_true", help="print the versions as a JSON list (statistics included)")
     vsh = vs.add_parser("show", help="a version's statistics; --out writes its evaluator.json and report.md")
     _common(vsh)
-    vsh.add_argument("number", type=count(1, what="a version number"), metavar="N")  # not "version": that dest is autometrics --version
-    vsh.add_argument("--out", default=None)
+    vsh.add_argument("number", type=count(1, what="a version number"), metavar="N",  # not "version": that dest is autometrics --version
+                     help="version number (v1 is 1), as `autometrics versions list` prints it")
+    vsh.add_argument("--out", default=None, help="folder to write the version's evaluator.json and report.md into")
     vc = vs.add_parser("compare", help="two versions on the newest held-out feedback (paired bootstrap of the tau difference)")
     _common(vc)
-    vc.add_argument("a", type=count(1, what="a version number"))
-    vc.add_argument("b", type=count(1, what="a version number"))
-    vc.add_argument("--holdout", type=fraction, default=0.3)
-    vc.add_argument("--n-boot", type=count(0, N_BOOT_MAX), default=1000)
+    vc.add_argument("a", type=count(1, what="a version number"), help="version number of the baseline (in the champion's place)")
+    vc.add_argument("b", type=count(1, what="a version number"), help="version number compared with it (in the challenger's place)")
+    vc.add_argument("--holdout", type=fraction, default=0.3, help="fraction of the newest feedback compared on (default 0.3)")
+    vc.add_argument("--n-boot", type=count(0, N_BOOT_MAX), default=1000,
+                    help="bootstrap resamples of the paired tau difference (0: no CI; default 1000)")
     vr = vs.add_parser("rollback", help="make version N the champion again")
     _common(vr)
-    vr.add_argument("number", type=count(1, what="a version number"), metavar="N")
+    vr.add_argument("number", type=count(1, what="a version number"), metavar="N",
+                    help="version number to make champion, as `autometrics versions list` prints it")
 
     d = subparsers.add_parser("dashboard", help="write the built-in dashboard (static HTML), or serve it on 127.0.0.1")
-    _common(d)
+    _common(d, target_required=False)  # required to write a page; --serve serves every target
     d.add_argument("--out", default=None, help="HTML file (default: beside a SQLite store)")
     d.add_argument("--serve", action="store_true",
                    help="serve the dashboards of every project and target in the store (pages rendered per request: "
                         "overview, traces with filters, trace view) until Ctrl-C")
-    d.add_argument("--host", default="127.0.0.1")
-    d.add_argument("--port", type=port, default=8765)
+    d.add_argument("--host", default="127.0.0.1", help="with --serve: address to bind (default: loopback only)")
+    d.add_argument("--port", type=port, default=8765, help="with --serve: port (default 8765)")
 
     m = subparsers.add_parser("demo", help="the whole loop on built-in data: traces, feedback, refits, online scoring, dashboard")
     m.add_argument("--no-llm", action="store_true", help="LLM-free fit (MetricBank + NNLS)")
     m.add_argument("--out", default="autometrics-demo", help="folder for the demo's trace store and dashboard")
-    m.add_argument("--seed", type=seed, default=0)
-    m.add_argument("--n-boot", type=count(0, N_BOOT_MAX), default=500)
+    m.add_argument("--seed", type=seed, default=0, help="random seed of the replay order, splits and bootstrap (default 0)")
+    m.add_argument("--n-boot", type=count(0, N_BOOT_MAX), default=500,
+                   help="bootstrap resamples for confidence intervals (0: none; default 500)")
     m.add_argument("--serve", action="store_true", help="serve the dashboard on 127.0.0.1 afterwards until Ctrl-C")
     m.add_argument("--shuffle-feedback", action="store_true",
                    help="null check: move the ratings between inputs before recording them (no signal left); "
                         "nothing should be promoted")
     m.add_argument("--promote-unvalidated", action="store_true",
                    help="let an evaluator that is not validated become champion (its scores are marked unvalidated)")
-    m.add_argument("--port", type=port, default=8765)
+    m.add_argument("--port", type=port, default=8765, help="with --serve: port (default 8765)")
 
 
-def _existing_store(url: str | None) -> str | None:
-    """The store URL of a command that only reads the store (refit, versions, dashboard): a SQLite
-    file that does not exist is an error naming it (opening it would create an empty store and
-    report "no versions"), never a new file.  The worker and demo create their store."""
+#: the trace store `autometrics demo` writes with its default --out, relative to the folder it ran in
+DEMO_STORE = Path("autometrics-demo") / "traces.db"
+
+
+def _existing_store(url: str | None) -> tuple[str | None, bool]:
+    """The store URL of a command that only reads the store (refit, versions, dashboard, backfill)
+    and whether it is the demo's.  A SQLite file that does not exist is an error naming it (opening
+    it would create an empty store and report "no versions"), never a new file.  When no store is
+    named (no --store, no $AUTOMETRICS_STORE_URL) and the default one does not exist, the store of
+    `autometrics demo` run in this folder (./autometrics-demo/traces.db) is read, and a note on
+    stderr says so: a newcomer's first command after the demo finds it.  The worker and demo
+    create their store."""
+    import os
+
     from autometrics.collectors.store import default_store_url
 
     from .store_source import StoreFileMissing, store_url_of
 
     given = url or default_store_url()
     try:
-        return store_url_of(given) or url
+        return store_url_of(given) or url, False
     except StoreFileMissing as exc:  # the message names the file and the URL forms
+        if not url and not os.environ.get("AUTOMETRICS_STORE_URL") and DEMO_STORE.is_file():
+            return f"sqlite:///{DEMO_STORE.resolve()}", True
         hint = " (the default store; pass --store URL or set AUTOMETRICS_STORE_URL)" if not url else ""
-        raise type(exc)(f"{exc}{hint} Capture traces first, or point --store at the store your app writes to.") from None
+        raise type(exc)(f"{exc}{hint} Capture traces first, or point --store at the store your app writes to "
+                        f"(`autometrics demo` writes one: --store {DEMO_STORE} from the folder it ran in).") from None
 
 
-def _monitor(args, *, create: bool = False, **over):
+def _monitor(args, *, create: bool = False, scope: str | None = "target", **over):
+    """The command's Monitor.  A command that only reads the store refuses a --project (and, with
+    ``scope="target"``, a --target) naming nothing in it, saying what it holds (see
+    :func:`~autometrics._cli.store_source.check_scope`); ``scope=None`` checks neither."""
     import os
 
+    from autometrics.collectors.files import data_path
     from autometrics.evaluators.continuous.monitor import Monitor, MonitorConfig
     from autometrics.metricbank.errors import UserError
 
+    from ..demo import DEMO_PROJECT
+
     if args.store is not None and not args.store.strip():
         raise UserError("--store is empty; pass a store URL (an empty shell variable?) or leave the flag out.")
-
-    cfg = MonitorConfig(target=args.target, project=project_name(args.project),
+    url, demo = (args.store, False) if create else _existing_store(args.store)
+    project = project_name(args.project)
+    if demo:
+        if not args.project and not os.environ.get("AUTOMETRICS_PROJECT"):
+            project = DEMO_PROJECT
+        print(f"note: no trace store at the default path ({data_path('traces.db')}); reading {DEMO_STORE}, the store "
+              f"`autometrics demo` writes, in this folder (project {project!r}). Pass --store URL (and --project) to read "
+              "another.", file=sys.stderr)
+    cfg = MonitorConfig(target=args.target, project=project,
                         task=getattr(args, "task", None) or os.environ.get("AUTOMETRICS_TASK"))
     if hasattr(args, "no_llm"):
         cfg.llm_config = None if args.no_llm else "auto"
@@ -266,7 +306,16 @@ def _monitor(args, *, create: bool = False, **over):
         cfg.promote_unvalidated = args.promote_unvalidated
     for k, val in over.items():
         setattr(cfg, k, val)
-    return Monitor(args.store if create else _existing_store(args.store), cfg)
+    mon = Monitor(url, cfg)
+    if not create and scope:
+        from .store_source import check_scope
+
+        try:
+            check_scope(mon.store, cfg.project, cfg.target if scope == "target" else None)
+        except BaseException:
+            mon.store.dispose()
+            raise
+    return mon
 
 
 def _fmt_stats(s: dict) -> str:
@@ -304,7 +353,7 @@ def cmd_worker(args) -> int:
         langfuse_api(base)  # no keys: a clear error now, not a failing pull in every job
         sources.append(LangfuseSource(base, project=mon.cfg.project, names=[mon.cfg.target]))
     w = Worker(mon.store, mon.cfg, opts, publishers=pubs, sources=sources)
-    print(f"worker: {mon.store!r}, project {mon.cfg.project!r}, target {mon.cfg.target!r}; dashboard {dashboard}", flush=True)
+    print(f"worker: store {mon.store.shown_url}, project {mon.cfg.project!r}, target {mon.cfg.target!r}; dashboard {dashboard}", flush=True)
     with _job_log():
         if args.once:
             out = w.run_once()
@@ -369,8 +418,13 @@ def cmd_versions(args) -> int:
 
             print(json.dumps([row(x) for x in vs], default=str, indent=1))
             return 0
-        if not vs:
-            print(f"no evaluator versions for target {mon.cfg.target!r} in project {mon.cfg.project!r}")
+        if not vs:  # the project has this feedback (else _monitor refused the flags): none fitted yet
+            import shlex
+
+            flags = f"--target {shlex.quote(mon.cfg.target)} --project {shlex.quote(mon.cfg.project)}" + (
+                f" --store {shlex.quote(args.store)}" if args.store else "")
+            print(f"no evaluator versions for target {mon.cfg.target!r} in project {mon.cfg.project!r} yet; "
+                  f"`autometrics refit {flags}` fits the first (or `autometrics worker` does, once enough feedback arrived)")
             return 0
         print(f"{'ver':>4}  {'status':<9} {'method':<16} {'n':>5}  {'validated':<9}  "
               f"{'on the ' + fig.HOLDOUT + ' (champion/challenger)':<56} {'on the ' + fig.FIT_TEST + ' or ' + fig.FIT_CROSS:<44} reason")
@@ -383,8 +437,6 @@ def cmd_versions(args) -> int:
         x = mon.version(args.number)
         print("\n".join(fig.version_lines(x, fmt=_fmt_stats)))
         if args.out:
-            from pathlib import Path
-
             from autometrics.evaluators.evaluator import Evaluator
 
             out = Path(args.out)
@@ -445,7 +497,13 @@ def cmd_dashboard(args) -> int:
         from .checks import check_page_path
 
         check_page_path(args.out)  # FILE.html, or a folder that gets dashboard.html
-    mon = _monitor(args)
+    if args.target is None and not args.serve:
+        from autometrics.metricbank.errors import UserError
+
+        raise UserError("dashboard needs --target NAME (the feedback name the evaluator predicts) to write a page; "
+                        "--serve serves every project and target of the store without it")
+    # a project's traces make a dashboard before any feedback; the served app shows every project
+    mon = _monitor(args, scope=None if args.serve else "project")
     if args.serve:
         _serve(mon.store, args.host, args.port, mon.cfg.project, mon.cfg.target, task=mon.cfg.task)
         return 0
@@ -469,15 +527,14 @@ def cmd_demo(args) -> int:
     return 0
 
 
-def _serve(store, host: str, port: int, project: str, target: str, **kw) -> None:
+def _serve(store, host: str, port: int, project: str, target: str | None, **kw) -> None:
     """Serve the dashboard app (every project and target of the store) until Ctrl-C."""
-    from urllib.parse import quote
-
     from autometrics.dashboards.app import serve
+    from autometrics.dashboards.pages import scope_href
 
     shown = "localhost" if host in ("127.0.0.1", "::1", "localhost") else host
-    print(f"serving the dashboards on http://{shown}:{port}/ — this target: "
-          f"http://{shown}:{port}/p/{quote(project, safe='')}/{quote(target, safe='')} (Ctrl-C to stop)", flush=True)
+    this = f" — this target: http://{shown}:{port}{scope_href(project, target)}" if target is not None else ""
+    print(f"serving the dashboards on http://{shown}:{port}/{this} (Ctrl-C to stop)", flush=True)
     serve(store, host=host, port=port, **kw)
 
 
@@ -485,7 +542,6 @@ def _not_a_real_store(db, demo_project: str) -> None:
     """The demo deletes and re-creates ``--out/traces.db``: refuse when that file is anything but
     an earlier demo's store (an app's real trace store must never be replaced by the demo)."""
     import sqlite3
-    from pathlib import Path
 
     from autometrics.metricbank.errors import UserError
 

@@ -220,8 +220,10 @@ def test_monitor_alerts_say_what_how_much_since_when_and_what_to_do(fitted_store
     cut = simpeval(120, seed=6).assign(output=lambda d: d.output.str.split().str[:3].str.join(" "))
     write_traces(mon.store, cut, project="p", t0_ns=90_000_000_000, feedback=False)
     assert mon.score_new() == 120
-    (alert,) = mon.check_drift()
-    msg, det = alert["message"], mon.alerts()[0]["details"]
+    alerts = {a["kind"]: a for a in mon.check_drift()}
+    assert set(alerts) == {"score_drift", "traffic_change"}  # the sequential detector too (tests/.../test_sequential.py)
+    alert = alerts["score_drift"]
+    msg, det = alert["message"], [a for a in mon.alerts() if a["kind"] == "score_drift"][0]["details"]
     assert alert["kind"] == "score_drift" and msg.startswith("score drift since 1970-01-01 00:01:30 UTC")
     assert "mean" in msg and "KS" in msg and "PSI" in msg and "by chance" in msg and "What to do" in msg
     assert det["since_ns"] == 90_000_000_000 and det["run"] == [3, 4] and "scores" not in det["reference"]

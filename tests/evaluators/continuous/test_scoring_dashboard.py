@@ -85,7 +85,7 @@ def test_drift_and_validity_alerts(fitted_store, tmp_path):
     add_feedback(mon.store, sc["trace_id"], -sc["score"].rank().to_numpy() + rng.normal(scale=0.1, size=120), t0_ns=4 * 10**18)
     alerts = mon.check_drift()
     kinds = {a["kind"] for a in alerts}
-    assert kinds == {"score_drift", "validity_decay"}, alerts
+    assert kinds == {"score_drift", "traffic_change", "validity_decay"}, alerts
     assert mon.check_drift() == []  # a persisting condition is not re-alerted
     lv = mon.champion()["statistics"]["live_validity"]
     assert lv["level"] == "alert" and lv["window"]["tau"] < 0
@@ -130,11 +130,12 @@ def test_worker_drift_flags_change_whether_an_alert_fires(fitted_store, tmp_path
     run = ["worker", "--store", url, "--project", "p", "--target", "score", "--no-llm", "--once", "--settle-seconds", "0",
            "--langfuse", "off", "--dashboard", str(tmp_path / "d.html"), "--min-new-feedback", "100000",
            "--drift-reference-window", "100", "--drift-window", "50"]
-    assert main(run + ["--drift-psi", "1000"]) == 0
+    assert main(run + ["--drift-psi", "1000", "--no-sequential-drift"]) == 0
     assert "scored 150 traces; 0 new alert(s)" in capsys.readouterr().out
-    assert not [a for a in mon.alerts() if a["kind"] == "score_drift"]
-    assert main(run) == 0  # defaults: permutation p < 0.01 and PSI >= 0.1 above chance, in 2 windows in a row
-    assert "1 new alert(s)" in capsys.readouterr().out
+    assert not mon.alerts()
+    assert main(run) == 0  # defaults: permutation p < 0.01 and PSI >= 0.1 above chance, in 2 windows in a row; CUSUM on
+    assert "2 new alert(s)" in capsys.readouterr().out
+    assert {a["kind"] for a in mon.alerts()} == {"score_drift", "traffic_change"}
     (alert,) = [a for a in mon.alerts() if a["kind"] == "score_drift"]
     assert alert["details"]["thresholds"]["psi_alert"] == 0.1 and alert["details"]["psi_excess"] >= 0.1
     assert main(run + ["--drift-ks-alpha", "2"]) == 2  # a bad threshold is a usage error, not a traceback
