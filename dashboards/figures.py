@@ -168,6 +168,10 @@ def alert_figure(alert: dict, version: dict | None) -> str:
         a, ref = d["alarm"], d.get("reference") or {}
         return (f"{SCORES} (n={a['at'] - a['change_at'] + 1} online scores since the estimated change point vs the "
                 f"reference of the first {ref.get('n', 0)} online scores after the fit's data; sequential CUSUM)")
+    if kind == "validity_change" and isinstance(d, dict) and isinstance(d.get("alarm"), dict):  # sequential live validity
+        a, ref = d["alarm"], d.get("reference") or {}
+        return (f"{LIVE} (n={a.get('n_after', 0)} labels since the estimated change point vs the first {ref.get('n', 0)} "
+                f"labels after the fit, each label's concordance with {d.get('pool_n', 0)} labels before it; sequential CUSUM)")
     if isinstance(d, dict) and isinstance(d.get("reference"), dict):  # windows of online scores (drift_windows)
         windows = d.get("windows") or []
         keep = set(d.get("run") or [])  # the consecutive significant windows the alert is about

@@ -60,7 +60,7 @@ _KIND_TO_CATEGORY = {"low_significance": "low-significance", "small_n": "small-n
                      "score_drift": "score-drift", "refit_error": "refit-error",
                      # the sequential detector's alert shares the score-drift category: the categories of a
                      # score config already in a Langfuse project cannot change
-                     "traffic_change": "score-drift"}
+                     "traffic_change": "score-drift", "validity_change": "validity-decay"}
 WARNING_NAME = "autometrics warning"
 VALIDITY_NAME = "autometrics validity"
 VALIDITY_CATEGORIES = ["validated", "unvalidated"]

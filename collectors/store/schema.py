@@ -153,7 +153,7 @@ monitor_alerts = sa.Table(
     sa.Column("project", sa.String(200)),
     sa.Column("target", sa.String(200)),
     sa.Column("evaluator_id", sa.String(64)),
-    sa.Column("kind", sa.String(32), nullable=False),  # low_significance | small_n | validity_decay | score_drift | traffic_change | refit_error
+    sa.Column("kind", sa.String(32), nullable=False),  # low_significance | small_n | validity_decay | validity_change | score_drift | traffic_change | refit_error
     sa.Column("severity", sa.String(16), nullable=False),  # warning | alert
     sa.Column("message", sa.Text, nullable=False),
     sa.Column("details", sa.Text),  # JSON

@@ -53,7 +53,15 @@ from .drift import (
     validity_message,
 )
 from .refit import compare, decide, fit_for_refit, holdout_predictions, newest_holdout
-from .sequential import SequentialSettings, sequential_message, start_state, update_state
+from .sequential import (
+    SequentialSettings,
+    concordance,
+    sequential_message,
+    start_state,
+    update_state,
+    validity_change_message,
+    validity_step,
+)
 
 __all__ = ["MonitorConfig", "Monitor", "RefitOutcome"]
 
@@ -103,6 +111,7 @@ class MonitorConfig:
     # sequential change detection (CUSUM) on the score, each metric and the failed/empty rate; None: off
     sequential: SequentialSettings | None = field(default_factory=SequentialSettings)
     max_reference: int = 1600  # the sequential reference doubles from reference_window up to this while nothing alarms
+    validity_reference: int = 60  # sequential live validity: the first labels after the fit are its reference
     aggregate: str = "latest"
     promote_unvalidated: bool = False  # make an evaluator champion even when its validity is not above chance
     crossfit: object = None  # validity options (autometrics.evaluators.validity.CrossFit); None: the defaults
@@ -380,10 +389,11 @@ class Monitor:
         labelled = self.labelled_frame()
         new_alerts = [self._check_score_drift(ch, th, labelled)]
         if self.cfg.sequential is not None:
-            try:
-                new_alerts.append(self._check_sequential(ch, labelled))
-            except Exception as exc:  # one detector's bookkeeping must not stop the other checks
-                log.warning("sequential drift check failed: %s: %s", type(exc).__name__, exc)
+            for check in (self._check_sequential, self._check_sequential_validity):
+                try:
+                    new_alerts.append(check(ch, labelled))
+                except Exception as exc:  # one detector's bookkeeping must not stop the other checks
+                    log.warning("sequential check %s failed: %s: %s", check.__name__, type(exc).__name__, exc)
         # validity: online scores of traces whose feedback arrived after the champion's fit
         fresh = labelled[labelled["feedback_ns"] > (ch["feedback_max_ns"] or 0)] if len(labelled) else labelled
         if len(fresh):
@@ -500,7 +510,7 @@ class Monitor:
             rest = self._sequential_rows(ch["id"], int(state["until_ns"]))
         if len(rest):
             metric_cols = [c for c in rest.columns if c.startswith("m:")]
-            update_state(state, rest["trace_start_ns"].to_numpy(float), rest["score"].to_numpy(float),
+            update_state(state, rest["trace_start_ns"].to_numpy("int64"), rest["score"].to_numpy(float),
                          {c[2:]: rest[c].to_numpy(float) for c in metric_cols}, rest["failed"].to_numpy(float))
         state["state"] = (f"watching {state['n']} trace(s) after a reference of {state['reference']['n']}"
                           if state["alarm"] is None else "alarm")
@@ -511,6 +521,43 @@ class Monitor:
                                 {"alarm": state["alarm"], "reference": state["reference"], "settings": state["settings"],
                                  "detectors": {n: {k: v for k, v in d.items() if k in ("kind", "mean", "sd", "p0", "h", "alarm")}
                                                for n, d in state["detectors"].items() if d.get("alarm")}})
+
+    def _check_sequential_validity(self, ch: dict, labelled: pd.DataFrame) -> dict | None:
+        """Advance the live-validity CUSUM over feedback that arrived since the last check
+        (:func:`.sequential.validity_step`): each new label's concordance with the (newest 500)
+        labels before the fit, on the champion's online scores.  State: ``sequential_validity``."""
+        if not len(labelled):
+            return None
+        settings, fit_ns = self.cfg.sequential, int(ch["feedback_max_ns"] or 0)
+        prev = ch["statistics"].get("sequential_validity") or {}
+        fresh_state = prev.get("fit_feedback_ns") != fit_ns or prev.get("settings") != settings.to_dict()
+        state = {"fit_feedback_ns": fit_ns, "settings": settings.to_dict(), "until_ns": fit_ns} if fresh_state else prev
+        target = self.cfg.target
+
+        def scored(frame: pd.DataFrame) -> pd.DataFrame:
+            on = self.store.scores_frame(ch["id"], columns=["trace_id", "score"], trace_ids=frame["id"].tolist())
+            m = frame.merge(on.rename(columns={"score": "_online"}), left_on="id", right_on="trace_id", how="inner")
+            return m[pd.to_numeric(m["_online"], errors="coerce").notna()].sort_values("feedback_ns", kind="stable")
+
+        if fresh_state:
+            pool = scored(labelled[labelled["feedback_ns"] <= fit_ns].sort_values("feedback_ns").tail(500))
+            state["pool"] = {"score": pool["_online"].astype(float).tolist(), "label": pool[target].astype(float).tolist()}
+        new = labelled[labelled["feedback_ns"] > int(state["until_ns"])]
+        if len(new) and len(state["pool"]["score"]) >= 10:
+            new = scored(new)
+            if len(new):
+                values = concordance(new["_online"].astype(float), new[target].astype(float), state["pool"]["score"],
+                                     state["pool"]["label"])
+                validity_step(state, values, new["feedback_ns"].to_numpy("int64"), reference_n=self.cfg.validity_reference,
+                              settings=settings, seed=self.cfg.seed)
+                state["until_ns"] = int(new["feedback_ns"].max())
+        self.store.update_version_statistics(ch["id"], "sequential_validity", {**state, "checked_at_ns": _now_ns()})
+        if not state.get("alarm"):
+            return None
+        return self._alert_once("validity_change", "alert", validity_change_message(state), ch["id"],
+                                {"alarm": state["alarm"], "reference": {"n": state["detector"]["n"], "mean": state["detector"]["mean"],
+                                                                        "sd": state["detector"]["sd"]},
+                                 "settings": state["settings"], "pool_n": len(state["pool"]["score"])})
 
     def _alert_once(self, kind, severity, message, evaluator_id, details) -> dict | None:
         """One open alert per (kind, evaluator version): a condition that persists is not re-alerted."""

@@ -39,7 +39,7 @@ from dataclasses import asdict, dataclass
 from ...metricbank.errors import UserError
 
 __all__ = ["SequentialSettings", "cusum_paths", "calibrate_mean", "calibrate_rate", "reference_stats", "start_state",
-           "update_state", "sequential_message"]
+           "update_state", "sequential_message", "concordance", "validity_step", "validity_change_message"]
 
 
 @dataclass(frozen=True)
@@ -192,6 +192,7 @@ def _advance(d: dict, x, times, k: float, n0: int) -> None:
         up, down, _ = rate_increments(d["p0"])
         z = x - d["p0"]
         sides = {"up": np.where(x > 0, up, down)}  # a falling failure rate is good news: no alarm for it
+    sides = {side: inc for side, inc in sides.items() if side in d.get("sides", sides)}
     for side, inc in sides.items():
         path = cusum_paths(inc, d[f"s_{side}"])
         zeros = np.flatnonzero(path <= 0)
@@ -228,7 +229,7 @@ def update_state(state: dict, times, score, metrics: dict, failed) -> dict:
     point, the detectors over their threshold) stays; later crossings are added to its detectors."""
     import numpy as np
 
-    times = np.asarray(times, dtype=float)
+    times = np.asarray(times)  # int64 nanoseconds stay exact (a float64 loses ~256 ns at today's times)
     if not len(times):
         return state
     k, n0 = state["settings"]["k"], state["n"]
@@ -286,3 +287,77 @@ def sequential_message(state: dict) -> str:
             + f". Sequential CUSUM against the first scores after the fit (false-alarm budget: 1 per "
               f"{state['settings']['arl']:,} traces of unchanged traffic). Check recent releases, prompts and model "
               "changes; if the change is intended, refit on feedback for the new traffic.")
+
+
+# ---------------------------------------------------------------------- live validity, label by label
+def concordance(scores, labels, pool_scores, pool_labels):
+    """Per new labelled trace: how its (score, label) orders against the pool's pairs, the mean of
+    ``sign(score - pool score) * sign(label - pool label)`` over pool traces with another label
+    (Kendall's tau, one trace at a time: its mean over traces is the tau of new against pool).
+    NaN where no pool label differs."""
+    import numpy as np
+
+    s, y = np.asarray(scores, dtype=float), np.asarray(labels, dtype=float)
+    ps, py = np.asarray(pool_scores, dtype=float), np.asarray(pool_labels, dtype=float)
+    out = np.full(len(s), np.nan)
+    for i0 in range(0, len(s), 500):
+        dy = np.sign(y[i0:i0 + 500, None] - py[None, :])
+        ds = np.sign(s[i0:i0 + 500, None] - ps[None, :])
+        n = (dy != 0).sum(axis=1)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            out[i0:i0 + 500] = np.where(n > 0, (ds * dy).sum(axis=1) / np.maximum(n, 1), np.nan)
+    return out
+
+
+def validity_step(state: dict, values, times, *, reference_n: int, settings: SequentialSettings, seed: int = 0) -> dict:
+    """Advance the live-validity detector over new labels' concordance ``values`` (feedback order,
+    given at ``times``).  The first ``reference_n`` values after the fit are its reference (the
+    evaluator's agreement on current feedback when it was new); then a one-sided CUSUM watches for
+    the agreement falling, its threshold calibrated on that reference for about ``settings.arl``
+    labels between false alarms.  The pool the values are measured against is the caller's (the
+    labels before the fit): its in-sample lean is the same for reference and watched labels."""
+    import numpy as np
+
+    v = np.asarray(values, dtype=float)
+    t = np.asarray(times)
+    ok = np.isfinite(v)
+    v, t = v[ok], t[ok]
+    ref = state.setdefault("reference_values", [])
+    need = max(0, reference_n - len(ref))
+    ref.extend(float(x) for x in v[:need])
+    v, t = v[need:], t[need:]
+    if state.get("detector") is None:
+        if len(ref) < reference_n:
+            state["state"] = f"collecting reference ({len(ref)}/{reference_n} labels after the fit)"
+            return state
+        st = reference_stats(ref)
+        if st is None:
+            state["state"] = "reference agreement is constant: nothing to standardise by"
+            return state
+        h = calibrate_mean(np.asarray(ref), settings.k, settings.arl, streams=settings.streams, length=settings.length, seed=seed)
+        state["detector"] = {"kind": "mean", **st, "h": h, "sides": ["down"], "s_up": 0.0, "s_down": 0.0, "zero_up": 0,
+                             "zero_down": 0, "alarm": None}
+        state["n"] = 0
+    if len(v):
+        _advance(state["detector"], v, t, settings.k, state["n"])
+        state["n"] += len(v)
+    d = state["detector"]
+    state["alarm"] = d["alarm"]
+    state["state"] = (f"watching {state['n']} label(s) after a reference of {reference_n}" if d["alarm"] is None else "alarm")
+    return state
+
+
+def validity_change_message(state: dict) -> str:
+    import datetime as dt
+
+    d, a = state["detector"], state["detector"]["alarm"]
+    since = (" since about " + dt.datetime.fromtimestamp(a["change_ns"] / 1e9, dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+             if a.get("change_ns") else "")
+    after = a.get("mean_after")
+    moved = (f"from {d['mean']:.2f} to {after:.2f} ({(after - d['mean']) / (d['sd'] or 1.0):+.1f} SD)" if after is not None
+             else f"below {d['mean']:.2f}")
+    return (f"live validity fell{since}: the agreement of new feedback with the evaluator's scores (each label's "
+            f"concordance with the labels before the fit, a per-label Kendall tau) fell {moved} over {a['n_after']} label(s), "
+            f"against its first {d['n']} labels after the fit. Sequential CUSUM, false-alarm budget 1 per "
+            f"{state['settings']['arl']:,} labels. Either the evaluator no longer tracks people on current traffic or the "
+            "feedback changed (a new rater, automated labels): look at recent feedback, and refit once it is trusted.")

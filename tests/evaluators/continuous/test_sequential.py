@@ -160,3 +160,55 @@ def test_monitor_alerts_within_traces_of_a_truncation(fitted_store, tmp_path):
     assert any(d.startswith("metric:") for d in alarm["detectors"] + stored["details"]["alarm"].get("later", []))
     assert mon.check_drift() == []  # one alert per version
     pd.testing.assert_frame_equal(mon.scores_frame().head(0), mon.scores_frame().head(0))
+
+
+def test_concordance_is_a_per_label_kendall_tau():
+    from autometrics.evaluators.continuous.sequential import concordance
+    from scipy.stats import kendalltau
+
+    rng = np.random.default_rng(9)
+    ps, py = rng.normal(size=300), rng.integers(1, 6, 300).astype(float)
+    s, y = rng.normal(size=50), rng.integers(1, 6, 50).astype(float)
+    c = concordance(s, y, ps, py)
+    i = 7
+    keep = py != y[i]
+    want = np.mean(np.sign(s[i] - ps[keep]) * np.sign(y[i] - py[keep]))
+    assert c[i] == pytest.approx(want)
+    # agreeing labels give a positive mean, reversed ones a negative one
+    y_good = np.round(np.clip(3 + s * 1.2, 1, 5))
+    py_good = np.round(np.clip(3 + ps * 1.2, 1, 5))
+    assert concordance(s, y_good, ps, py_good).mean() > 0.5 > 0 > concordance(s, 6 - y_good, ps, py_good).mean()
+    assert kendalltau(s, y_good).statistic > 0.5
+
+
+def test_monitor_sequential_validity_finds_reversed_feedback(fitted_store, tmp_path):
+    """Feedback after the fit: the first 60 labels (true SimpEval ratings) are the reference; 120
+    more true ones raise nothing; then reversed ratings (a broken rating widget) raise a
+    validity_change alert within a few dozen labels, dated at the first reversed one."""
+    import shutil
+
+    import sqlalchemy as sa
+    from autometrics.evaluators.continuous.monitor import Monitor, MonitorConfig
+    from monitor_data import add_feedback
+
+    dst = tmp_path / "copy.db"
+    shutil.copy(sa.engine.make_url(fitted_store).database, dst)
+    mon = Monitor(f"sqlite:///{dst}", MonitorConfig(target="score", project="p", settle_seconds=0, n_boot=100))
+    extra = simpeval(360, seed=8)
+    ids = write_traces(mon.store, extra, project="p", t0_ns=70_000_000_000, feedback=False)
+    assert mon.score_new() == 360
+    t0 = 5 * 10**18
+    add_feedback(mon.store, ids[:180], extra["score"].iloc[:180], t0_ns=t0, prefix="ok")
+    mon.check_drift()
+    sv = mon.champion()["statistics"]["sequential_validity"]
+    assert len(sv["reference_values"]) == 60 and sv["n"] == 120 and not sv.get("alarm"), sv.get("state")
+    assert not [a for a in mon.alerts() if a["kind"] == "validity_change"]
+    reversed_at = t0 + 10**15
+    add_feedback(mon.store, ids[180:], 100 - extra["score"].iloc[180:], t0_ns=reversed_at, prefix="rev")
+    kinds = {a["kind"] for a in mon.check_drift()}
+    assert "validity_change" in kinds, kinds
+    (alert,) = [a for a in mon.alerts() if a["kind"] == "validity_change"]
+    alarm = alert["details"]["alarm"]
+    # the first reversed label is number 121 after the reference: found within 60, dated within 30 of it
+    assert alarm["at"] - 120 <= 60 and 121 <= alarm["change_at"] <= 150 and alarm["change_ns"] >= reversed_at, alarm
+    assert alert["message"].startswith("live validity fell since about") and "refit once it is trusted" in alert["message"]
