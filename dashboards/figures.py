@@ -207,6 +207,25 @@ def drift_summary(drift: dict) -> str:
     return line
 
 
+def sequential_summary(seq: dict, validity: dict | None = None) -> str:
+    """One line on the sequential detectors in a version's statistics (``sequential`` and
+    ``sequential_validity``): what they watch, against which reference, and their budget."""
+    arl = (seq.get("settings") or {}).get("arl")
+    budget = f"false-alarm budget 1 per {arl:,} unchanged traces" if arl else "budget not set"
+    dets = seq.get("detectors") or {}
+    metrics = sum(1 for n in dets if n.startswith("metric:"))
+    what = ", ".join(x for x in ("the score" if "score" in dets else "", f"{metrics} metric(s)" if metrics else "",
+                                 "the failed/empty rate" if "failed_or_empty" in dets else "") if x)
+    line = f"sequential detection (CUSUM; {budget}): {seq.get('state') or 'not run yet'}"
+    if what:
+        line += f" — watching {what}"
+    if seq.get("constant"):
+        line += f"; constant in the reference, not watched: {', '.join(n.split(':', 1)[-1] for n in seq['constant'])}"
+    if validity:
+        line += f"; live validity: {validity.get('state') or 'no feedback after the fit yet'}"
+    return line
+
+
 def _significant(s: dict) -> bool | None:
     p = s.get("p_value")
     return None if p is None or s.get("tau") is None else p <= 0.05

@@ -464,6 +464,9 @@ def render_dashboard(monitor, *, title: str | None = None, sample: int = 8, seed
     out.append(_svg_histograms(ref, cur, ref_name=ref_name, cur_name=cur_name))
     if drift:
         out.append(f"<div class='meta' id='drift-state'>{e(fig.drift_summary(drift))}</div>")
+    if st.get("sequential"):
+        out.append(f"<div class='meta' id='sequential-state'>"
+                   f"{e(fig.sequential_summary(st['sequential'], st.get('sequential_validity')))}</div>")
     out.append("</div></div>")
     # ---- contributions
     if champ:

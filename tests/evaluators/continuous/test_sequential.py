@@ -159,6 +159,10 @@ def test_monitor_alerts_within_traces_of_a_truncation(fitted_store, tmp_path):
     assert "the score fell from" in msg and "since about 1970-01-01 00:01 UTC" in msg
     assert any(d.startswith("metric:") for d in alarm["detectors"] + stored["details"]["alarm"].get("later", []))
     assert mon.check_drift() == []  # one alert per version
+    from autometrics.dashboards.render import render_dashboard
+
+    html = render_dashboard(mon)
+    assert "id='sequential-state'" in html and "1 per 10,000 unchanged traces" in html and "traffic changed since" in html
     pd.testing.assert_frame_equal(mon.scores_frame().head(0), mon.scores_frame().head(0))
 
 
