@@ -23,5 +23,11 @@ def test_previous_release_artifact_scores_identically():
     expected = pd.read_csv(HERE / "scores.csv")
     got = Evaluator.load(HERE / "evaluator.json").score(rows)
     assert list(got["id"]) == list(expected["id"])
+    # exact for every metric computed by the package's own code; a metric computed by a neural
+    # encoder (NearestExemplar: MiniLM through torch/transformers) moves by float noise between
+    # library releases (1.6e-5 on transformers 5.25 / sentence-transformers 6.3), and the score with it
+    model_based = {"NearestExemplar", "autometrics_score"}
     for col in expected.columns.drop("id"):
-        np.testing.assert_allclose(got[col].to_numpy(float), expected[col].to_numpy(float), rtol=0, atol=1e-12, err_msg=col)
+        tol = dict(rtol=1e-6, atol=1e-4) if col in model_based else dict(rtol=0, atol=1e-12)
+        np.testing.assert_allclose(got[col].to_numpy(float), expected[col].to_numpy(float), err_msg=col, **tol)
+    assert np.corrcoef(got["autometrics_score"], expected["autometrics_score"])[0, 1] > 0.999999

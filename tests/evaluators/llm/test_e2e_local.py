@@ -57,7 +57,8 @@ def test_e2e_fit_real_local_llm(local_server, subset, tmp_path):
     from autometrics.evaluators.judges.options import GeneratorCounts, LLMOptions
     from autometrics.evaluators.report import write_reports
 
-    counts = GeneratorCounts(n_single=2, n_rubric=1, n_example=1, n_optimized=0, example_sets=1, example_eval_rows=4)
+    # one judge of each kind that needs no optimizer: bounded for CI (the 0.5B model runs ~40 requests a minute here)
+    counts = GeneratorCounts(n_single=1, n_rubric=1, n_example=1, n_optimized=0, example_sets=1, example_eval_rows=4)
     # every judge on every row and no LLM-free floor: this test checks the paper's method runs end to end
     opts = LLMOptions(llm="local:0.5b", counts=counts, rationales=1, timeout=300, cache=str(tmp_path / "cache.sqlite"),
                       screen=False, use_bank="never")
