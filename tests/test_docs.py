@@ -59,7 +59,7 @@ def test_readme_holds_the_ci_test_command():
     assert re.search(r"^python3 -m venv \.venv .*&& \.ci/test$", readme, re.M), "README.md must show the test command ending in .ci/test"
     runs = [line.strip() for line in (ROOT / ".ci" / "test").read_text(encoding="utf-8").splitlines()
             if "pytest" in line and not line.lstrip().startswith("#")]
-    assert runs == ['python -m pytest -q -m "not llm" "$@"'], runs
+    assert runs == ['python -m pytest -q -m "not llm and not heavy" "$@"'], runs
 
 
 def test_readme_relative_links_resolve(site):

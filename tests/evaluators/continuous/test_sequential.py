@@ -163,6 +163,10 @@ def test_monitor_alerts_within_traces_of_a_truncation(fitted_store, tmp_path):
 
     html = render_dashboard(mon)
     assert "id='sequential-state'" in html and "1 per 10,000 unchanged traces" in html and "traffic changed since" in html
+    from autometrics.dashboards.langfuse_push import version_warnings  # what Langfuse gets on each scored trace
+
+    warned = version_warnings(mon.champion(), mon.alerts())
+    assert any(cat == "score-drift" and "traffic changed since" in msg for cat, msg in warned), warned
     pd.testing.assert_frame_equal(mon.scores_frame().head(0), mon.scores_frame().head(0))
 
 
