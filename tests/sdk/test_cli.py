@@ -100,7 +100,7 @@ def test_bank_list_prints_full_reasons_why_metrics_cannot_run(tmp_path, monkeypa
         assert "GB GPU" in head and f"bank show {name}" in head
 
 
-@pytest.mark.heavy  # ~2 min on 2 cores: opt-in (`.ci/test -m heavy`); the CLI fit runs in CI on the demo data
+@pytest.mark.heavy  # ~2 min on 2 cores: opt-in (`.ci/test python -m pytest -m heavy`); the CLI fit runs in CI on the demo data
 def test_fit_on_every_shared_dataset(tmp_path, datasets_dir):
     jobs = {
         "simpda": "simplicity",

@@ -14,7 +14,7 @@ import time
 import pandas as pd
 import pytest
 
-pytestmark = pytest.mark.llm  # a whole fit with the real 0.5B model: ~2 min on 2 cores, opt-in (`.ci/test -m llm`)
+pytestmark = pytest.mark.llm  # a whole fit with the real 0.5B model: ~2 min on 2 cores, opt-in (`.ci/test python -m pytest -m llm`)
 
 BUDGET = 300.0
 TASK = "Simplify a complex English sentence while keeping its meaning"

@@ -3,7 +3,7 @@ SimpEval training rows: whatever the model replies, the result is either a funct
 the sandbox on the smoke-test rows, or a failed candidate with the reason, never an exception or
 a metric of zeros.
 
-Marked ``llm`` (opt-in: ``.ci/test -m llm``; about 2 minutes on 2 cores): at most two calls of up
+Marked ``llm`` (opt-in: ``.ci/test python -m pytest -m llm``; about 2 minutes on 2 cores): at most two calls of up
 to 700 completion tokens (one metric, one repair turn).  CI runs the code-metric path with a
 stand-in LLM (tests/evaluators/judges/test_fit_candidates.py).  Fresh reply cache under ``tmp_path``.  Skipped with the reason when
 llama-cpp-python or the model is not installed."""
@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-pytestmark = pytest.mark.llm  # heavy (2 min on 2 cores): opt-in, `.ci/test -m llm`; the code-metric path runs in CI with a stand-in LLM
+pytestmark = pytest.mark.llm  # heavy (2 min on 2 cores): opt-in, `.ci/test python -m pytest -m llm`; the code-metric path runs in CI with a stand-in LLM
 
 
 def test_the_real_model_writes_a_code_metric_or_a_failure_with_its_reason(local_server, datasets_dir, tmp_path):

@@ -52,7 +52,7 @@ def test_structured_output_on_the_real_endpoint(local_server, subset, tmp_path):
     assert all(isinstance(json.loads(r)["score"], int) for r in replies)
 
 
-@pytest.mark.llm  # the paper's method end to end on the real 0.5B model: ~4 min on 2 cores, opt-in (`.ci/test -m llm`)
+@pytest.mark.llm  # the paper's method end to end on the real 0.5B model: ~4 min on 2 cores, opt-in (`.ci/test python -m pytest -m llm`)
 def test_e2e_fit_real_local_llm(local_server, subset, tmp_path):
     from autometrics.evaluators.fit import Evaluator, fit_evaluator
     from autometrics.evaluators.judges.options import GeneratorCounts, LLMOptions
