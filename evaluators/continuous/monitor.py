@@ -451,16 +451,13 @@ class Monitor:
             since = _max_start_ns(seen)
         return int(since)
 
-    def _sequential_rows(self, evaluator_id: str, since_ns: int, limit: int | None = None) -> pd.DataFrame:
+    def _sequential_rows(self, evaluator_id: str, since_ns: int) -> pd.DataFrame:
         """Online scores after ``since_ns`` in start order: score, metric values, failed-or-empty flag."""
         import json
 
         f = self.store.scores_frame(evaluator_id, columns=["trace_id", "trace_start_ns", "score", "metrics", "error"],
                                     since_ns=since_ns)
-        f = f.sort_values(["trace_start_ns", "trace_id"], kind="stable")
-        if limit is not None:
-            f = f.head(limit)
-        f = f.reset_index(drop=True)
+        f = f.sort_values(["trace_start_ns", "trace_id"], kind="stable").reset_index(drop=True)
         score = pd.to_numeric(f["score"], errors="coerce")
         ids = f["trace_id"].tolist()
         texts = pd.concat([self.store.trace_texts(ids[i:i + 500]) for i in range(0, len(ids), 500)] or [pd.DataFrame()])
@@ -491,12 +488,14 @@ class Monitor:
             grow = state["alarm"] is None and quiet and ref_n * 2 <= self.cfg.max_reference and ref_n + state["n"] >= ref_n * 2
         if not same or grow:
             want = (prev["reference"]["n"] * 2) if same else self.cfg.reference_window
-            rows = self._sequential_rows(ch["id"], since)
-            if len(rows) < want:
+            # counted on one column first: the texts and metric values are read once there are enough
+            have = len(self.store.scores_frame(ch["id"], columns=["trace_start_ns"], since_ns=since))
+            if have < want:
                 state = {"since_ns": since, "settings": settings.to_dict(),
-                         "state": f"collecting reference ({len(rows)}/{want} scores after the fit's data)"}
+                         "state": f"collecting reference ({have}/{want} scores after the fit's data)"}
                 self.store.update_version_statistics(ch["id"], "sequential", state)
                 return None
+            rows = self._sequential_rows(ch["id"], since)
             while want * 2 <= min(len(rows), self.cfg.max_reference):
                 want *= 2
             ref, rest = rows.iloc[:want], rows.iloc[want:]
@@ -535,22 +534,29 @@ class Monitor:
         target = self.cfg.target
 
         def scored(frame: pd.DataFrame) -> pd.DataFrame:
+            """The labels whose trace the champion has scored (a score or an error stored), with the score."""
             on = self.store.scores_frame(ch["id"], columns=["trace_id", "score"], trace_ids=frame["id"].tolist())
             m = frame.merge(on.rename(columns={"score": "_online"}), left_on="id", right_on="trace_id", how="inner")
-            return m[pd.to_numeric(m["_online"], errors="coerce").notna()].sort_values("feedback_ns", kind="stable")
+            return m.sort_values("feedback_ns", kind="stable")
 
         if fresh_state:
             pool = scored(labelled[labelled["feedback_ns"] <= fit_ns].sort_values("feedback_ns").tail(500))
+            pool = pool[pd.to_numeric(pool["_online"], errors="coerce").notna()]
             state["pool"] = {"score": pool["_online"].astype(float).tolist(), "label": pool[target].astype(float).tolist()}
         new = labelled[labelled["feedback_ns"] > int(state["until_ns"])]
         if len(new) and len(state["pool"]["score"]) >= 10:
-            new = scored(new)
-            if len(new):
-                values = concordance(new["_online"].astype(float), new[target].astype(float), state["pool"]["score"],
+            done = scored(new)
+            waiting = new[~new["id"].isin(done["id"])]  # traces not scored yet: their labels wait, in feedback order
+            if len(waiting):
+                done = done[done["feedback_ns"] < waiting["feedback_ns"].min()]
+            ok = done[pd.to_numeric(done["_online"], errors="coerce").notna()]  # a trace that failed to score counts for nothing
+            if len(ok):
+                values = concordance(ok["_online"].astype(float), ok[target].astype(float), state["pool"]["score"],
                                      state["pool"]["label"])
-                validity_step(state, values, new["feedback_ns"].to_numpy("int64"), reference_n=self.cfg.validity_reference,
+                validity_step(state, values, ok["feedback_ns"].to_numpy("int64"), reference_n=self.cfg.validity_reference,
                               settings=settings, seed=self.cfg.seed)
-                state["until_ns"] = int(new["feedback_ns"].max())
+            if len(done):
+                state["until_ns"] = int(done["feedback_ns"].max())
         self.store.update_version_statistics(ch["id"], "sequential_validity", {**state, "checked_at_ns": _now_ns()})
         if not state.get("alarm"):
             return None
