@@ -11,7 +11,11 @@ evaluator's score standardised by a frozen reference (the first scores after the
 and the alarm is ``max(S+, S-) > h``.  ``k`` (default 0.25 reference SDs) is half the shift the
 detector is tuned for (0.5 SD); a shift of d SDs is detected after about ``h / (d - k)`` traces,
 so large changes are caught in a handful of traces and small ones later.  The estimated change
-point is the last trace where the alarming sum was 0.
+point is the last trace where the alarming sum was 0.  Each ``z_t`` is clipped to ``[-clip, clip]``
+(default 3 SDs, a Huber-type CUSUM) in calibration and monitoring alike: a reference of a few
+hundred scores under-samples a heavy tail (a length ratio, a judge that is rarely far off), and
+unclipped, one extreme trace the reference never saw could cross ``h`` alone; clipped, a large
+change still adds ``clip - k`` per trace.
 
 The false-alarm budget is stated as an expected run length: on unchanged traffic, about ``arl``
 traces (default 10,000) between false alarms, for all detectors of a version together.  ``h`` is
@@ -49,11 +53,16 @@ class SequentialSettings:
     - ``arl``: the false-alarm budget, expected traces between false alarms on unchanged traffic
       (all detectors of a version together; default 10,000).
     - ``k``: allowance in reference SDs (default 0.25: tuned for shifts of 0.5 SD).
+    - ``clip``: standardised values are clipped to ``[-clip, clip]`` reference SDs before they enter a
+      sum, in calibration and monitoring alike (default 3): one extreme trace from a heavy tail the
+      reference did not sample cannot cross the threshold alone, while a large change still adds
+      ``clip - k`` per trace.
     - ``streams`` / ``length``: bootstrap streams and their length that calibrate each threshold.
     """
 
     arl: int = 10_000
     k: float = 0.25
+    clip: float = 3.0
     streams: int = 400
     length: int = 2_000
 
@@ -62,6 +71,8 @@ class SequentialSettings:
             raise UserError(f"drift ARL (expected traces between false alarms) must be a whole number >= 100, got {self.arl!r}")
         if not (isinstance(self.k, int | float) and math.isfinite(self.k) and 0 < self.k <= 2):
             raise UserError(f"CUSUM allowance k must be in (0, 2] reference SDs, got {self.k!r}")
+        if not (isinstance(self.clip, int | float) and math.isfinite(self.clip) and self.k < self.clip <= 100):
+            raise UserError(f"CUSUM clip must be above k ({self.k}) and at most 100 reference SDs, got {self.clip!r}")
         for name, low in (("streams", 50), ("length", 100)):
             v = getattr(self, name)
             if not (isinstance(v, int) and not isinstance(v, bool) and v >= low):
@@ -89,9 +100,11 @@ def _quantile_h(maxima, length: int, arl: float) -> float:
     return float(np.quantile(maxima, q))
 
 
-def calibrate_mean(reference, k: float, arl: float, *, streams: int = 400, length: int = 2_000, seed: int = 0) -> float:
-    """The threshold ``h`` of a two-sided mean CUSUM on ``reference``-standardised values with about
-    ``arl`` traces between false alarms (bootstrap: estimation error of the reference included)."""
+def calibrate_mean(reference, k: float, arl: float, *, clip: float | None = None, streams: int = 400, length: int = 2_000,
+                   seed: int = 0) -> float:
+    """The threshold ``h`` of a two-sided mean CUSUM on ``reference``-standardised values (clipped to
+    ``[-clip, clip]`` when given) with about ``arl`` traces between false alarms (bootstrap:
+    estimation error of the reference included)."""
     import numpy as np
 
     ref = np.asarray(reference, dtype=float)
@@ -104,11 +117,17 @@ def calibrate_mean(reference, k: float, arl: float, *, streams: int = 400, lengt
     for i0 in range(0, streams, 100):  # 100 streams at a time: bounded memory
         sl = slice(i0, min(streams, i0 + 100))
         x = ref[rng.integers(0, n, size=(sl.stop - sl.start, length))]
-        z = (x - mu[sl, None]) / sd[sl, None]
+        z = _clipped((x - mu[sl, None]) / sd[sl, None], clip)
         up = cusum_paths(z - k).max(axis=1)
         down = cusum_paths(-z - k).max(axis=1)
         maxima[sl] = np.maximum(up, down)
     return _quantile_h(maxima, length, arl)
+
+
+def _clipped(z, clip: float | None):
+    import numpy as np
+
+    return z if clip is None else np.clip(z, -clip, clip)
 
 
 def rate_increments(p0: float):
@@ -168,8 +187,8 @@ def start_state(reference: dict, settings: SequentialSettings, *, seed: int = 0)
     for i, (name, d) in enumerate(specs.items()):
         if d["kind"] == "mean":
             vals = np.asarray(streams[name], dtype=float)
-            d["h"] = calibrate_mean(vals[np.isfinite(vals)], settings.k, share, streams=settings.streams, length=settings.length,
-                                    seed=seed + i)
+            d["h"] = calibrate_mean(vals[np.isfinite(vals)], settings.k, share, clip=settings.clip, streams=settings.streams,
+                                    length=settings.length, seed=seed + i)
         else:
             d["h"] = calibrate_rate(d["failures"], d["n"], share, streams=settings.streams, length=settings.length, seed=seed + i)
             d["p0"] = (d["failures"] + 0.5) / (d["n"] + 1)
@@ -179,14 +198,15 @@ def start_state(reference: dict, settings: SequentialSettings, *, seed: int = 0)
             "alarm": None}
 
 
-def _advance(d: dict, x, times, k: float, n0: int) -> None:
-    """Move one detector over its new values ``x`` (traces ``n0 + 1 ...``, started at ``times``), in place."""
+def _advance(d: dict, x, times, k: float, n0: int, clip: float | None = None) -> None:
+    """Move one detector over its new values ``x`` (traces ``n0 + 1 ...``, started at ``times``), in
+    place; standardised values are clipped as in its calibration."""
     import numpy as np
 
     x = np.asarray(x, dtype=float)
     if d["kind"] == "mean":
         ok = np.isfinite(x)
-        z = np.where(ok, (x - d["mean"]) / (d["sd"] or 1.0), 0.0)
+        z = _clipped(np.where(ok, (x - d["mean"]) / (d["sd"] or 1.0), 0.0), clip)
         sides = {"up": np.where(ok, z - k, 0.0), "down": np.where(ok, -z - k, 0.0)}  # a missing value moves nothing
     else:
         up, down, _ = rate_increments(d["p0"])
@@ -232,7 +252,7 @@ def update_state(state: dict, times, score, metrics: dict, failed) -> dict:
     times = np.asarray(times)  # int64 nanoseconds stay exact (a float64 loses ~256 ns at today's times)
     if not len(times):
         return state
-    k, n0 = state["settings"]["k"], state["n"]
+    k, n0, clip = state["settings"]["k"], state["n"], state["settings"].get("clip")  # a state from before clipping: none
     for name, d in state["detectors"].items():
         if name == "score":
             vals = score
@@ -240,7 +260,7 @@ def update_state(state: dict, times, score, metrics: dict, failed) -> dict:
             vals = failed
         else:
             vals = metrics.get(name.split(":", 1)[1], np.full(len(times), np.nan))
-        _advance(d, vals, times, k, n0)
+        _advance(d, vals, times, k, n0, clip)
     state["n"], state["until_ns"] = n0 + len(times), int(times[-1])
     fired = {n: d["alarm"] for n, d in state["detectors"].items() if d["alarm"] is not None}
     if fired and state["alarm"] is None:
@@ -334,12 +354,13 @@ def validity_step(state: dict, values, times, *, reference_n: int, settings: Seq
         if st is None:
             state["state"] = "reference agreement is constant: nothing to standardise by"
             return state
-        h = calibrate_mean(np.asarray(ref), settings.k, settings.arl, streams=settings.streams, length=settings.length, seed=seed)
+        h = calibrate_mean(np.asarray(ref), settings.k, settings.arl, clip=settings.clip, streams=settings.streams,
+                           length=settings.length, seed=seed)
         state["detector"] = {"kind": "mean", **st, "h": h, "sides": ["down"], "s_up": 0.0, "s_down": 0.0, "zero_up": 0,
                              "zero_down": 0, "alarm": None}
         state["n"] = 0
     if len(v):
-        _advance(state["detector"], v, t, settings.k, state["n"])
+        _advance(state["detector"], v, t, settings.k, state["n"], settings.clip)
         state["n"] += len(v)
     d = state["detector"]
     state["alarm"] = d["alarm"]

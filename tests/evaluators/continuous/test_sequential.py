@@ -128,6 +128,8 @@ def test_settings_are_checked():
         SequentialSettings(arl=10)
     with pytest.raises(UserError, match="allowance k"):
         SequentialSettings(k=0)
+    with pytest.raises(UserError, match="clip must be above k"):
+        SequentialSettings(clip=0.2)
 
 
 def test_monitor_alerts_within_traces_of_a_truncation(fitted_store, tmp_path):
@@ -220,3 +222,29 @@ def test_monitor_sequential_validity_finds_reversed_feedback(fitted_store, tmp_p
     # the first reversed label is number 121 after the reference: found within 60, dated within 30 of it
     assert alarm["at"] - 120 <= 60 and 121 <= alarm["change_at"] <= 150 and alarm["change_ns"] >= reversed_at, alarm
     assert alert["message"].startswith("live validity fell since about") and "refit once it is trusted" in alert["message"]
+
+
+def test_one_extreme_trace_cannot_raise_an_alarm_alone():
+    """Clipping (Huber-type CUSUM): a single trace 40 reference SDs out, as a heavy tail the reference
+    did not sample gives, moves the sum by at most clip - k; unclipped it crosses h at once."""
+    rng = np.random.default_rng(9)
+    ref, stream = rng.normal(size=200), rng.normal(size=600)
+    stream[300] = 40.0
+    assert _run(ref, stream)[0] is None
+    at, _ = _run(ref, stream, settings=SequentialSettings(clip=100))
+    assert at == 301
+
+
+def test_heavy_tailed_unchanged_traffic_stays_within_the_budget():
+    """Student-t scores with 2 degrees of freedom (infinite variance: a reference of 200 sees few of
+    the extremes a long stream meets): 8 x 10,000 unchanged traces, about 8 alarms at the budget."""
+    rng = np.random.default_rng(13)
+    alarms, traces = 0, 0
+    for r in range(8):
+        left = 10_000
+        while left > 0:
+            at, _ = _run(rng.standard_t(2, 200), rng.standard_t(2, left), seed=100 * r + alarms)
+            alarms += at is not None
+            traces += at or left
+            left -= at or left
+    assert traces == 80_000 and alarms <= 8, alarms
