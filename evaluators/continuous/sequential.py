@@ -97,7 +97,9 @@ def _quantile_h(maxima, length: int, arl: float) -> float:
     import numpy as np
 
     q = math.exp(-length / arl)  # P(no false alarm within `length` traces) for geometric run lengths
-    return float(np.quantile(maxima, q))
+    # the order statistic at position q (n + 1) covers q of the distribution on average ("weibull");
+    # numpy's default, q (n - 1) + 1, covers less: at q = 0.975 of 400 maxima, 10 % more false alarms
+    return float(np.quantile(maxima, q, method="weibull"))
 
 
 def calibrate_mean(reference, k: float, arl: float, *, clip: float | None = None, streams: int = 400, length: int = 2_000,

@@ -29,6 +29,12 @@ Traffic = pool rows drawn with replacement, fed in batches of 100 (worker ticks)
   false-alarm rate on separate unchanged streams (other seeds) is <= 1 per 10,000.
 
 Prints a table; writes results/drift_detection.json (load average, seeds, run counts, datasets).
+
+``--cusum-null-only`` measures only the CUSUM's false alarms, with more streams and the monitor's
+reference sizes (200, 800, 1,600), and which detectors raised them (results/drift_null_cusum.json):
+
+    python tests/benchmarks/drift_detection.py --cusum-null-only --null-streams 200 --seed 50 \
+        --datasets simpeval topical_chat support_bot summeval realhumaneval_chat
 """
 
 from __future__ import annotations
@@ -393,6 +399,27 @@ def report(res: dict) -> None:
               + " | ".join(str(r["delay"]["alarm_before_change"][k]) for k in dets) + " |")
 
 
+def cusum_null_only(a) -> None:
+    """False alarms of the CUSUM alone at the monitor's reference sizes, per detector that fired."""
+    t0, seed = time.perf_counter(), 10_000 + a.seed * 1000
+    res = {"settings": {"sequential": SETTINGS.to_dict(), "budget_traces_per_false_alarm": BUDGET, "tick": TICK,
+                        "fit_rows": FIT_ROWS, "null_streams": a.null_streams, "traces_per_stream": 10_000,
+                        "seeds": {"fit": a.seed, "null": seed}}, "datasets": {}, "load_before": os.getloadavg()}
+    print("| dataset | reference | false alarms per 10,000 [95 % CI] | detectors that fired most |\n|---|---|---|---|")
+    for name in a.datasets:
+        d = prepare(name, seed=a.seed)
+        res["datasets"][name] = {}
+        for ref_n in (200, 800, MAX_REF):
+            r = null_cusum(d, ref_n, a.null_streams, seed)
+            res["datasets"][name][f"ref{ref_n}"] = r
+            top = ", ".join(f"{k.removeprefix('metric:')} {v}" for k, v in sorted(r["by_detector"].items(), key=lambda kv: -kv[1])[:3])
+            print(f"| {name} | {ref_n} | {fmt_rate(r)} | {top} |", flush=True)
+    res["seconds"], res["load_after"] = round(time.perf_counter() - t0, 1), os.getloadavg()
+    print(f"\ntotal {res['seconds']} s; load average before {res['load_before']}, after {res['load_after']}")
+    Path(a.out).write_text(json.dumps(res, indent=1, default=float) + "\n")
+    print(f"wrote {a.out}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--datasets", nargs="+", default=DATASETS)
@@ -402,8 +429,13 @@ def main() -> None:
     ap.add_argument("--horizon", type=int, default=3000)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--quick", action="store_true", help="a smoke run: 2 streams, 4 runs, no JSON")
-    ap.add_argument("--out", default=str(HERE / "results" / "drift_detection.json"))
+    ap.add_argument("--cusum-null-only", action="store_true", help="only the CUSUM's false alarms, references 200/800/1,600")
+    ap.add_argument("--out", default=None, help="JSON path (default results/drift_detection.json, "
+                                                "results/drift_null_cusum.json with --cusum-null-only)")
     a = ap.parse_args()
+    a.out = a.out or str(HERE / "results" / ("drift_null_cusum.json" if a.cusum_null_only else "drift_detection.json"))
+    if a.cusum_null_only:
+        return cusum_null_only(a)
     if a.quick:
         a.null_streams, a.window_null_streams, a.runs, a.horizon = 2, 1, 4, 1000
     t0 = time.perf_counter()
