@@ -2,7 +2,7 @@
 (:mod:`autometrics.evaluators.continuous.sequential`) against the windowed test
 (:func:`~autometrics.evaluators.continuous.drift.drift_windows`) and river's PageHinkley and ADWIN.
 
-    python tests/benchmarks/drift_detection.py [--null-streams 40] [--runs 40] [--quick]   # ~6 min on 2 busy cores
+    python tests/benchmarks/drift_detection.py [--null-streams 40] [--runs 40] [--quick]   # 3-6 min on 2 cores
 
 Needs ``pip install river``.  Per dataset (simpeval, topical_chat, and drift_calibration's
 three-style support bot, whose evaluator scores take three values: the lumpy case) an LLM-free
