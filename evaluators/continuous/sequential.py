@@ -102,11 +102,12 @@ def _quantile_h(maxima, length: int, arl: float) -> float:
     return float(np.quantile(maxima, q, method="weibull"))
 
 
-def calibrate_mean(reference, k: float, arl: float, *, clip: float | None = None, streams: int = 400, length: int = 2_000,
-                   seed: int = 0) -> float:
-    """The threshold ``h`` of a two-sided mean CUSUM on ``reference``-standardised values (clipped to
-    ``[-clip, clip]`` when given) with about ``arl`` traces between false alarms (bootstrap:
-    estimation error of the reference included)."""
+def calibrate_mean(reference, k: float, arl: float, *, clip: float | None = None, sides=("up", "down"), streams: int = 400,
+                   length: int = 2_000, seed: int = 0) -> float:
+    """The threshold ``h`` of a mean CUSUM on ``reference``-standardised values (clipped to
+    ``[-clip, clip]`` when given), watching ``sides`` (both by default; ``("down",)`` for a fall
+    only), with about ``arl`` traces between false alarms (bootstrap: estimation error of the
+    reference included)."""
     import numpy as np
 
     ref = np.asarray(reference, dtype=float)
@@ -120,9 +121,8 @@ def calibrate_mean(reference, k: float, arl: float, *, clip: float | None = None
         sl = slice(i0, min(streams, i0 + 100))
         x = ref[rng.integers(0, n, size=(sl.stop - sl.start, length))]
         z = _clipped((x - mu[sl, None]) / sd[sl, None], clip)
-        up = cusum_paths(z - k).max(axis=1)
-        down = cusum_paths(-z - k).max(axis=1)
-        maxima[sl] = np.maximum(up, down)
+        paths = [cusum_paths(sign * z - k).max(axis=1) for side, sign in (("up", 1), ("down", -1)) if side in sides]
+        maxima[sl] = np.maximum.reduce(paths)
     return _quantile_h(maxima, length, arl)
 
 
@@ -356,8 +356,8 @@ def validity_step(state: dict, values, times, *, reference_n: int, settings: Seq
         if st is None:
             state["state"] = "reference agreement is constant: nothing to standardise by"
             return state
-        h = calibrate_mean(np.asarray(ref), settings.k, settings.arl, clip=settings.clip, streams=settings.streams,
-                           length=settings.length, seed=seed)
+        h = calibrate_mean(np.asarray(ref), settings.k, settings.arl, clip=settings.clip, sides=("down",),
+                           streams=settings.streams, length=settings.length, seed=seed)  # a fall only: the budget on one side
         state["detector"] = {"kind": "mean", **st, "h": h, "sides": ["down"], "s_up": 0.0, "s_down": 0.0, "zero_up": 0,
                              "zero_down": 0, "alarm": None}
         state["n"] = 0

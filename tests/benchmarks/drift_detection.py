@@ -113,7 +113,10 @@ def prepare(name: str, seed: int = 0) -> dict:
            "n_pool": int(len(pool)), "fit_test_tau": (ev.statistics.get("test") or {}).get("tau"),
            "asis": score_frame(ev, pool["output"].tolist(), inputs),
            "cut_3_words": score_frame(ev, pool["output"].map(cut3).tolist(), inputs),
-           "empty": score_frame(ev, [""] * len(pool), inputs)}
+           "empty": score_frame(ev, [""] * len(pool), inputs),
+           "labels": pd.to_numeric(pool[target], errors="coerce").to_numpy(dtype=float),  # validity_detection's
+           "fit_labels": pd.to_numeric(fit_rows[target], errors="coerce").to_numpy(dtype=float),
+           "fit_scores": score_frame(ev, fit_rows["output"].tolist(), fit_rows["input"].fillna("").astype(str).tolist())["score"]}
     s = out["asis"]["score"]
     out["sd_pool"] = float(np.nanstd(s, ddof=1))
     out["distinct_scores"] = int(len(np.unique(np.round(s[np.isfinite(s)], 9))))
