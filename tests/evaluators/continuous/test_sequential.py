@@ -246,3 +246,13 @@ def test_heavy_tailed_unchanged_traffic_stays_within_the_budget():
             traces += at or left
             left -= at or left
     assert traces == 80_000 and alarms <= 8, alarms
+
+
+def test_a_one_sided_detector_gets_a_one_sided_threshold():
+    """Live validity alarms only on a fall: its threshold spends the whole budget on that side, so it
+    sits below the two-sided one on the same reference and stream draws."""
+    ref = np.random.default_rng(17).normal(size=60)
+    both, down = calibrate_mean(ref, 0.25, 10_000, clip=3.0), calibrate_mean(ref, 0.25, 10_000, clip=3.0, sides=("down",))
+    assert 0 < down < both
+    skewed = np.random.default_rng(18).exponential(size=200)  # a long upper tail: the rise side sets the two-sided h
+    assert calibrate_mean(skewed, 0.25, 10_000, sides=("down",)) < calibrate_mean(skewed, 0.25, 10_000, sides=("up",))
