@@ -4,7 +4,7 @@ a real `autometrics worker --once` process (the fit), then 6 rounds of 100 uncha
 the alerts are read back from the store.  topical_chat, realhumaneval_chat (shared datasets) and
 drift_calibration's three-style support bot.  LLM-free; about a minute.
 
-    python tests/benchmarks/drift_operator_check.py [--out-dir DIR]
+    python tests/benchmarks/drift_operator_check.py [--datasets ...] [--out-dir DIR]
 """
 
 from __future__ import annotations
@@ -33,9 +33,9 @@ DRIFT_KINDS = ("traffic_change", "score_drift", "validity_change", "validity_dec
 
 
 def worker_once(url: str, target: str, dashboard: Path) -> float:
-    """One `autometrics worker --once` process; its wall time in seconds."""
+    """One `autometrics worker --once` process (run as the CLI module); its wall time in seconds."""
     t = time.perf_counter()
-    r = subprocess.run(["autometrics", "worker", "--store", url, "--project", "p", "--target", target, "--no-llm", "--once",
+    r = subprocess.run([sys.executable, "-m", "autometrics._cli.main", "worker", "--store", url, "--project", "p", "--target", target, "--no-llm", "--once",
                         "--min-new-feedback", "1", "--settle-seconds", "0", "--langfuse", "off", "--dashboard", str(dashboard)],
                        capture_output=True, text=True)
     if r.returncode:
@@ -76,11 +76,13 @@ def run(name: str, target: str, out: Path) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--datasets", nargs="+", default=list(JOBS), choices=list(JOBS))
     ap.add_argument("--out-dir", default=None, help="where the stores and dashboards go (default: a temporary folder)")
-    out = Path(ap.parse_args().out_dir or tempfile.mkdtemp(prefix="drift-operator-"))
+    a = ap.parse_args()
+    out = Path(a.out_dir or tempfile.mkdtemp(prefix="drift-operator-"))
     out.mkdir(parents=True, exist_ok=True)
-    for name, target in JOBS.items():
-        run(name, target, out)
+    for name in a.datasets:
+        run(name, JOBS[name], out)
     print(f"stores and dashboards in {out}")
 
 
