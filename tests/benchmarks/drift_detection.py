@@ -402,6 +402,15 @@ def report(res: dict) -> None:
               + " | ".join(str(r["delay"]["alarm_before_change"][k]) for k in dets) + " |")
 
 
+def finish(res: dict, t0: float, out: str | None) -> None:
+    """Time and load after the run, printed; the results written to ``out`` (None: not written)."""
+    res["seconds"], res["load_after"] = round(time.perf_counter() - t0, 1), os.getloadavg()
+    print(f"\ntotal {res['seconds']} s; load average before {res['load_before']}, after {res['load_after']}")
+    if out:
+        Path(out).write_text(json.dumps(res, indent=1, default=float) + "\n")
+        print(f"wrote {out}")
+
+
 def cusum_null_only(a) -> None:
     """False alarms of the CUSUM alone at the monitor's reference sizes, per detector that fired."""
     t0, seed = time.perf_counter(), 10_000 + a.seed * 1000
@@ -417,10 +426,7 @@ def cusum_null_only(a) -> None:
             res["datasets"][name][f"ref{ref_n}"] = r
             top = ", ".join(f"{k.removeprefix('metric:')} {v}" for k, v in sorted(r["by_detector"].items(), key=lambda kv: -kv[1])[:3])
             print(f"| {name} | {ref_n} | {fmt_rate(r)} | {top} |", flush=True)
-    res["seconds"], res["load_after"] = round(time.perf_counter() - t0, 1), os.getloadavg()
-    print(f"\ntotal {res['seconds']} s; load average before {res['load_before']}, after {res['load_after']}")
-    Path(a.out).write_text(json.dumps(res, indent=1, default=float) + "\n")
-    print(f"wrote {a.out}")
+    finish(res, t0, a.out)
 
 
 def main() -> None:
@@ -473,12 +479,7 @@ def main() -> None:
         res["datasets"][name] = r
         print(f"{name}: {r['seconds']} s (null {r['null_s']} s, delay {r['delay_s']} s), load {os.getloadavg()}", flush=True)
     report(res)
-    res["seconds"] = round(time.perf_counter() - t0, 1)
-    res["load_after"] = os.getloadavg()
-    print(f"\ntotal {res['seconds']} s; load average before {res['load_before']}, after {res['load_after']}")
-    if not a.quick:
-        Path(a.out).write_text(json.dumps(res, indent=1, default=float) + "\n")
-        print(f"wrote {a.out}")
+    finish(res, t0, None if a.quick else a.out)
 
 
 if __name__ == "__main__":

@@ -37,7 +37,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 from autometrics.evaluators.continuous.monitor import MonitorConfig  # noqa: E402
 from autometrics.evaluators.continuous.sequential import concordance, validity_step  # noqa: E402
-from drift_detection import SETTINGS, fmt_delay, fmt_rate, poisson, prepare, summary  # noqa: E402
+from drift_detection import SETTINGS, finish, fmt_delay, fmt_rate, poisson, prepare, summary  # noqa: E402
 
 DATASETS = ["simpeval", "topical_chat", "support_bot", "summeval", "realhumaneval_chat"]
 REF_N = MonitorConfig(target="x").validity_reference
@@ -148,11 +148,7 @@ def main() -> None:
         cells = " | ".join(fmt_delay(r["delay"]["effects"][e], a.horizon) for e in EFFECTS)
         print(f"| {name} ({d['target']}) | {r['held_out_concordance']:.2f} | {fmt_rate(r['null'])} | {cells} | "
               f"{r['delay']['alarm_before_change']} of {a.runs} |", flush=True)
-    res["seconds"], res["load_after"] = round(time.perf_counter() - t0, 1), os.getloadavg()
-    print(f"\ntotal {res['seconds']} s; load average before {res['load_before']}, after {res['load_after']}")
-    if not a.quick:
-        Path(a.out).write_text(json.dumps(res, indent=1, default=float) + "\n")
-        print(f"wrote {a.out}")
+    finish(res, t0, None if a.quick else a.out)
 
 
 if __name__ == "__main__":
