@@ -25,7 +25,7 @@ Writes results/validity_detection.json.
 from __future__ import annotations
 
 import argparse
-import json
+import copy
 import os
 import sys
 import time
@@ -45,15 +45,13 @@ TICK, PRE, LENGTH = 25, 100, 10_000
 EFFECTS = ["reversed", "noise", "half_noise"]
 
 
-def labels_after(d: dict, effect: str | None, idx, rng) -> np.ndarray:
+def labels_after(d: dict, effect: str, idx, rng) -> np.ndarray:
+    """The labels of pool rows ``idx`` once the feedback has changed by ``effect`` (one of EFFECTS)."""
     y = d["labels"][idx]
     if effect == "reversed":
-        lo, hi = np.nanmin(d["labels"]), np.nanmax(d["labels"])
-        return lo + hi - y
-    if effect in ("noise", "half_noise"):
-        drawn = rng.choice(d["labels"], len(y))
-        return drawn if effect == "noise" else np.where(rng.random(len(y)) < 0.5, drawn, y)
-    return y
+        return np.nanmin(d["labels"]) + np.nanmax(d["labels"]) - y
+    drawn = rng.choice(d["labels"], len(y))  # "noise": the marginal; "half_noise": half of them so
+    return drawn if effect == "noise" else np.where(rng.random(len(y)) < 0.5, drawn, y)
 
 
 def feed(st: dict, values, seed: int, t0: int = 0) -> int | None:
@@ -107,7 +105,7 @@ def delay_validity(d: dict, runs: int, horizon: int, seed: int) -> dict:
             out["alarm_before_change"] += 1
             continue
         for e in EFFECTS:
-            st = json.loads(json.dumps(st0, default=float))  # the same history for every effect
+            st = copy.deepcopy(st0)  # the same history for every effect
             v = concordance(d["asis"]["score"][tail], labels_after(d, e, tail, np.random.default_rng(seed + r + 7)), ps, pl)
             at = feed(st, v, seed=(seed + r) * 1000, t0=REF_N + PRE)
             delays[e].append(np.inf if at is None else at - PRE)

@@ -49,13 +49,15 @@ def _run(ref, stream, *, batch=100, settings=None, seed=0):
     return None, st
 
 
-@pytest.mark.parametrize("kind", ["normal", "lumpy"])
+@pytest.mark.parametrize("kind", ["normal", "lumpy", "heavy"])
 def test_unchanged_traffic_stays_within_the_false_alarm_budget(kind):
     """8 references x 10,000 unchanged traces each (restarting after an alarm): at 1 alarm per
     10,000 traces the count would be about 8; the bootstrap calibration (reference error included)
-    keeps it below."""
-    rng = np.random.default_rng(11 if kind == "normal" else 12)
-    draw = (lambda n: rng.normal(size=n)) if kind == "normal" else (lambda n: _lumpy(rng, n))
+    keeps it below.  "heavy": Student-t scores with 2 degrees of freedom (infinite variance: a
+    reference of 200 sees few of the extremes a long stream meets), held in by the clip."""
+    rng = np.random.default_rng({"normal": 11, "lumpy": 12, "heavy": 13}[kind])
+    draw = {"normal": lambda n: rng.normal(size=n), "lumpy": lambda n: _lumpy(rng, n),
+            "heavy": lambda n: rng.standard_t(2, n)}[kind]
     alarms, traces = 0, 0
     for r in range(8):
         left = 10_000
@@ -231,21 +233,6 @@ def test_one_extreme_trace_cannot_raise_an_alarm_alone():
     assert _run(ref, stream)[0] is None
     at, _ = _run(ref, stream, settings=SequentialSettings(clip=100))
     assert at == 301
-
-
-def test_heavy_tailed_unchanged_traffic_stays_within_the_budget():
-    """Student-t scores with 2 degrees of freedom (infinite variance: a reference of 200 sees few of
-    the extremes a long stream meets): 8 x 10,000 unchanged traces, about 8 alarms at the budget."""
-    rng = np.random.default_rng(13)
-    alarms, traces = 0, 0
-    for r in range(8):
-        left = 10_000
-        while left > 0:
-            at, _ = _run(rng.standard_t(2, 200), rng.standard_t(2, left), seed=100 * r + alarms)
-            alarms += at is not None
-            traces += at or left
-            left -= at or left
-    assert traces == 80_000 and alarms <= 8, alarms
 
 
 def test_a_one_sided_detector_gets_a_one_sided_threshold():
