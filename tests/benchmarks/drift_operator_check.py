@@ -1,8 +1,10 @@
 """Drift as an operator meets it (issue #29): per dataset, 150 labelled traces in a SQLite store and
 a real `autometrics worker --once` process (the fit), then 6 rounds of 100 unchanged traces and
 100 traces whose outputs are cut to their first 3 words, with a `worker --once` after each round;
-the alerts are read back from the store.  topical_chat, realhumaneval_chat (shared datasets) and
-drift_calibration's three-style support bot.  LLM-free; about a minute.
+the alerts are read back from the store.  The issue's topical_chat, realhumaneval_chat and
+three-style support bot (drift_calibration's), and simpeval and summeval, which it does not name.
+The worker runs with --promote-unvalidated (summeval's fit on 150 labels is not validated; a
+validated fit is promoted the same either way).  LLM-free; about two minutes.
 
     python tests/benchmarks/drift_operator_check.py [--datasets ...] [--out-dir DIR]
 """
@@ -27,7 +29,8 @@ from autometrics.evaluators.continuous.monitor import Monitor, MonitorConfig  # 
 from drift_calibration import MIX, SHARED, support_bot  # noqa: E402
 from monitor_data import write_traces  # noqa: E402
 
-JOBS = {"topical_chat": "overall", "realhumaneval_chat": "copied", "support_bot": "stars"}
+JOBS = {"topical_chat": "overall", "realhumaneval_chat": "copied", "support_bot": "stars", "simpeval": "score",
+        "summeval": "relevance"}
 FIT_ROWS, ROUNDS, ROUND = 150, 6, 100
 DRIFT_KINDS = ("traffic_change", "score_drift", "validity_change", "validity_decay")  # the alerts drift raises
 
@@ -36,7 +39,8 @@ def worker_once(url: str, target: str, dashboard: Path) -> float:
     """One `autometrics worker --once` process (run as the CLI module); its wall time in seconds."""
     t = time.perf_counter()
     r = subprocess.run([sys.executable, "-m", "autometrics._cli.main", "worker", "--store", url, "--project", "p", "--target", target, "--no-llm", "--once",
-                        "--min-new-feedback", "1", "--settle-seconds", "0", "--langfuse", "off", "--dashboard", str(dashboard)],
+                        "--min-new-feedback", "1", "--settle-seconds", "0", "--langfuse", "off", "--dashboard", str(dashboard),
+                        "--promote-unvalidated"],  # summeval's fit on 150 labels is not validated: watch it anyway
                        capture_output=True, text=True)
     if r.returncode:
         raise SystemExit(f"worker --once failed ({r.returncode}): {r.stderr[-2000:]}")
@@ -54,7 +58,9 @@ def run(name: str, target: str, out: Path) -> None:
     write_traces(store, fit, project="p", t0_ns=10**12, target=target, value_fn=lambda r: getattr(r, target))
     dt = worker_once(url, target, out / f"{name}.html")
     mon = Monitor(url, MonitorConfig(target=target, project="p"))
-    print(f"{name} ({target}): fitted on {len(fit)} labelled traces ({dt:.0f} s), champion v{mon.champion()['version']}")
+    ch = mon.champion()
+    print(f"{name} ({target}): fitted on {len(fit)} labelled traces ({dt:.0f} s), champion v{ch['version']}, "
+          f"{'validated' if ch['statistics']['validity'].get('validated') else 'NOT validated (promoted by --promote-unvalidated)'}")
     rng = np.random.default_rng(2)
     for k in range(ROUNDS + 1):
         rows = pool.iloc[rng.choice(len(pool), ROUND, replace=False)].copy()
