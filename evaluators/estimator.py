@@ -35,11 +35,10 @@ from sklearn.metrics import make_scorer
 from sklearn.utils.validation import check_is_fitted
 
 from ..collectors.files import json_safe
-from ..metricbank import get_metric
 from ..metricbank.errors import DataError, UserError
 from ..metricbank.notices import collect_warnings
 from .data import Dataset, check_target, load_dataset, parse_labels
-from .evaluator import SCORE_COLUMN, score_metrics
+from .evaluator import SCORE_COLUMN
 from .induce import DEFAULT_REGRESSION, fit_on_features
 from .judges.metric import LLMJudgeMetric
 from .judges.options import LLMOptions
@@ -229,7 +228,8 @@ class AutoMetricsRegressor(RegressorMixin, BaseEstimator):
             if opts is not None:
                 from .judges.pipeline import fit_with_judges
 
-                result = fit_with_judges(ds, self.target, opts, progress=self.progress, echo=echo, **self.fit_options())
+                result = fit_with_judges(ds, self.target, opts, progress=self.progress, echo=echo, metrics=self.metrics,
+                                         **self.fit_options())
             else:
                 result = self._fit_llm_free(ds, features, started)
         result.keep_shown_warnings(shown.messages)
@@ -247,13 +247,9 @@ class AutoMetricsRegressor(RegressorMixin, BaseEstimator):
         if features is None and self.feature_cache is not None:
             features = self.feature_cache.frame(lab)
         if features is None:
-            if self.metrics is None:  # the retrieval policy: cheap metrics always, expensive ones by measured signal
-                features, _bank, unavailable, plan = score_bank(lab, self.target, self.task, test_size=self.test_size,
-                                                                seed=self.seed, progress=self.progress)
-            else:
-                bank = [get_metric(m) if isinstance(m, str) else m for m in self.metrics]
-                features = score_metrics(bank, lab.outputs, lab.inputs if lab.has_input else None, lab.references,
-                                         progress=self.progress)
+            # the retrieval policy (cheap metrics always, expensive ones by measured signal), or the given metrics
+            features, _bank, unavailable, plan = score_bank(lab, self.target, self.task, test_size=self.test_size,
+                                                            seed=self.seed, progress=self.progress, metrics=self.metrics)
         result = fit_on_features(ds, self.target, features, unavailable=unavailable, started=started, **self.fit_options())
         if plan is not None:
             result.evaluator.artifact["retrieval"] = json_safe(plan.to_dict())

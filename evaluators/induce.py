@@ -159,6 +159,30 @@ def _single_fold(allowed) -> Callable:
     return fit_predict
 
 
+def paired_difference(preds_a: list, preds_b: list, y, groups, n_boot: int, seed: int) -> dict | None:
+    """τ(b) − τ(a) of two sets of predictions of the same rows (each τ the mean over its set,
+    e.g. one per fold assignment) with a 95 % cluster-bootstrap CI on shared resamples of whole
+    groups; ``beats_beyond_noise``: the CI's lower bound is above 0.  None without resamples."""
+    import warnings as warnings_module
+
+    from .stats import bootstrap_taus
+
+    if not n_boot:
+        return None
+    y = np.asarray(y, dtype=float)
+    ta = np.mean([kendall_tau(p, y)[0] for p in preds_a])
+    tb = np.mean([kendall_tau(p, y)[0] for p in preds_b])
+    boots = bootstrap_taus(list(preds_a) + list(preds_b), y, min(n_boot, 1000), seed, groups=np.asarray(groups).astype(str))
+    with warnings_module.catch_warnings():  # a resample where τ is undefined for every prediction: NaN, dropped below
+        warnings_module.simplefilter("ignore", RuntimeWarning)
+        diff = np.nanmean(boots[:, len(preds_a):], axis=1) - np.nanmean(boots[:, :len(preds_a)], axis=1)
+    diff = diff[np.isfinite(diff)]
+    if not len(diff) or not (np.isfinite(ta) and np.isfinite(tb)):
+        return None
+    lo, hi = (float(v) for v in np.percentile(diff, [2.5, 97.5]))
+    return {"difference": float(tb - ta), "ci": [lo, hi], "beats_beyond_noise": bool(lo > 0)}
+
+
 def _summary(oof: np.ndarray, y, groups, n_boot: int, seed: int) -> dict:
     """Cross-fitted agreement of one procedure's out-of-fold predictions, with the same keys as
     :class:`~.stats.Agreement` (the figure and CI of :func:`~.validity.crossfit_agreement`)."""
@@ -256,6 +280,14 @@ def fit_on_features(
     stats_test, validity, best, blackbox = val.stats_test, val.validity, val.best, val.blackbox
     if best is not None:
         best = {"feature": names[best.pop("index")], **best}
+        beats = best.get("vs_evaluator") or {}
+        if beats.get("beats_beyond_noise"):
+            lo, hi = beats["ci"]
+            warnings.append(
+                f"the best single metric, {best['feature']}, agrees with the labels better than the evaluator beyond noise "
+                f"({'cross-fitted' if not holdout else 'held-out'} τ {best['test']['tau']:.3f} vs {stats_test['tau']:.3f}; "
+                f"difference {beats['difference']:+.3f}, 95% CI {lo:+.3f} to {hi:+.3f} on the same rows): "
+                "use it alone (--regression single) or add labels")
 
     # per-candidate agreement (train: the rows the evaluator was fitted on; test: held-out rows only)
     fates = feature_fates(selector, names, generated)
@@ -401,7 +433,9 @@ def _validate_holdout(selector, Xa, y, groups, train_pos, test_pos, generated, c
     if b is not None:
         j, sign = b
         best = {"index": j, "sign": sign, "tau_train": abs(_feature_tau(Xa[train_pos, j], y[train_pos])),
-                "test": agreement(sign * Xa[test_pos, j], y[test_pos], n_boot=n_boot, seed=seed).to_dict()}
+                "test": agreement(sign * Xa[test_pos, j], y[test_pos], n_boot=n_boot, seed=seed).to_dict(),
+                "vs_evaluator": paired_difference([pred_test], [sign * Xa[test_pos, j]], y[test_pos], groups[test_pos],
+                                                  n_boot, seed)}
     blackbox = None
     try:
         ref = blackbox_reference(Xa[train_pos], y[train_pos], Xa[test_pos], seed=seed)
@@ -431,6 +465,7 @@ def _validate_crossfit(fold, Xa, y, groups, generated, cf, n_boot, seed, scope) 
         oof_b = crossfit(lambda tr, te, yy: single(Xa, tr, te, yy), y, plan)
         best = {"index": b[0], "sign": b[1], "tau_train": abs(_feature_tau(Xa[:, b[0]], y)),
                 "test": _summary(oof_b, y, groups, n_boot, seed),
+                "vs_evaluator": paired_difference(list(oof), list(oof_b), y, groups, n_boot, seed),
                 "note": "the metric named is the one chosen on every row; the figure is cross-fitted "
                         "(the best metric chosen inside each fold)"}
     blackbox = None

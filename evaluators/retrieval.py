@@ -402,8 +402,11 @@ def plan_retrieval(task: str | None, target: str, metrics: list, outputs, inputs
 
 
 def score_bank(lab, target: str, task: str | None = None, *, test_size: float | None = None, seed: int = 0, k: int = EXPENSIVE_K,
-               progress: bool = False, dense: bool = True) -> tuple:
+               progress: bool = False, dense: bool = True, metrics=None) -> tuple:
     """The MetricBank features a fit regresses on: ``((X, meta, notes), metrics, unavailable, plan)``.
+
+    ``metrics`` (names or Metric objects, e.g. ``fit --metrics``): exactly these are scored, on
+    both paths (with and without judges), and the plan says they were given.
 
     Every metric the labelled rows ``lab`` can feed (``default_metrics``) is a candidate; cheap
     ones are always scored; when there are more than ``k`` expensive (model-based) ones,
@@ -411,8 +414,16 @@ def score_bank(lab, target: str, task: str | None = None, *, test_size: float | 
     (``test_size``, ``seed``), and only those are scored on every row.  ``plan`` (a
     :class:`RetrievalPlan`) says what happened to each; it goes into the artifact's ``retrieval``."""
     unavailable: dict[str, str] = {}
-    bank = default_metrics(with_reference=lab.has_references, with_input=lab.has_input, unavailable=unavailable)
     inputs = lab.inputs if lab.has_input else None
+    if metrics is not None:
+        from ..metricbank import get_metric
+
+        bank = [get_metric(m) if isinstance(m, str) else m for m in metrics]
+        names = [m.name for m in bank]
+        plan = RetrievalPlan(names, names, [], [CandidateFate(n, cost_class(m), "given (--metrics)") for n, m in zip(names, bank, strict=True)],
+                             [], k, [f"{len(names)} metrics given by the caller (--metrics); no retrieval"])
+        return score_metrics(bank, lab.outputs, inputs, lab.references, progress=progress), bank, unavailable, plan
+    bank = default_metrics(with_reference=lab.has_references, with_input=lab.has_input, unavailable=unavailable)
     expensive = [m.name for m in bank if cost_class(m) != CHEAP]
     if len(expensive) > k:
         train_pos = lab.split_positions(test_size, seed)[0]

@@ -46,7 +46,7 @@ from ..metricbank.errors import UserError
 from .stats import bootstrap_taus, kendall_tau
 
 __all__ = ["CrossFit", "Validity", "fold_plan", "crossfit", "crossfit_validity", "holdout_validity",
-           "group_permutation", "movable_groups", "choice_adjusted", "crossfit_agreement", "data_label", "artifact_validity", "legacy_validity", "split_line", "ALPHA", "MIN_GROUPS", "unvalidated_hint"]
+           "group_permutation", "movable_groups", "nested_choice", "inner_taus", "choose", "crossfit_agreement", "data_label", "artifact_validity", "legacy_validity", "split_line", "ALPHA", "MIN_GROUPS", "unvalidated_hint"]
 
 ALPHA = 0.05
 #: fewer distinct groups than this cannot validate anything (a fold would hold one or two inputs)
@@ -322,11 +322,12 @@ def unvalidated_hint(v: Validity) -> str:
     """What would help an evaluator that is not validated."""
     if v.n_groups < MIN_GROUPS:
         return f"label outputs of at least {MIN_GROUPS} different inputs"
+    stronger = "judges from a stronger model (--llm MODEL, or --judge-llm MODEL on a fit with judges)"
     if v.labels_needed and v.labels_needed > v.n_labels:
         return (f"about {v.labels_needed} labels (≈{v.labels_needed - v.n_labels} more) would make a τ of {v.tau:.2f} "
-                "significant, or add judges from a stronger model (--llm)")
-    return "more labels of this kind are unlikely to help on their own: add judges from a stronger model (--llm) " \
-           "or check that the label measures what the task grades"
+                f"significant; {stronger} may also help")
+    return (f"more labels of this kind are unlikely to help on their own: try {stronger}, or check that the label "
+            "measures what the task grades")
 
 
 def _verdict(method: str, tau: float, ci: list, p: float | None, n: int, n_groups: int, alpha: float, movable: int,
@@ -385,24 +386,56 @@ def crossfit_validity(fit_predict: FitPredict, y, groups, plan: list[np.ndarray]
     return v, oof
 
 
-def choice_adjusted(procedures: list[FitPredict], y, groups, plan: list[np.ndarray], cf: CrossFit = CrossFit(), *,
-                    seed: int = 0) -> tuple[float, int]:
-    """(p-value, permutations) of the *better* of several procedures cross-fitted on the same
-    folds: the statistic is the largest of their τ, recomputed on each group-block permutation,
-    so choosing the better of two on the rows the figure comes from is paid for (a fit that
-    returns "the evaluator with judges when it beats the LLM-free one" reports the larger τ)."""
+#: grouped folds of the inner cross-fit a nested choice is made with (one assignment: it runs in
+#: every outer fold of every permutation)
+INNER_FOLDS = 3
+
+
+def inner_taus(procedures: list[FitPredict], tr: np.ndarray, y, groups, *, folds: int = INNER_FOLDS,
+               seed: int = 0) -> list[float]:
+    """Cross-fitted τ of each procedure on the rows ``tr`` alone (grouped ``folds``-fold, one
+    assignment, the same folds for every procedure); rows outside ``tr`` are never seen."""
     y = np.asarray(y, dtype=float)
-    rp = plan[: max(1, min(cf.permutation_repeats, len(plan)))]
+    groups = np.asarray(groups).astype(str)
+    k = max(2, min(folds, _group_index(groups[tr])[1]))
+    fid = grouped_folds(groups[tr], k, seed)
+    out = []
+    for f in procedures:
+        oof = np.full(len(tr), np.nan)
+        for j in np.unique(fid):
+            ite, itr = tr[fid == j], tr[fid != j]
+            try:
+                oof[fid == j] = np.asarray(f(itr, ite, y), dtype=float)
+            except ValueError:
+                oof[fid == j] = float(np.mean(y[itr]))
+        t = kendall_tau(oof, y[tr])[0]
+        out.append(float(t) if math.isfinite(t) else 0.0)
+    return out
 
-    def stat(yy):
-        return max(_mean_tau(crossfit(f, yy, rp), yy)[0] for f in procedures)
 
-    observed = stat(y)
-    if not (math.isfinite(observed) and observed > 0) or movable_groups(groups) < MIN_GROUPS or not cf.permutations:
-        return 1.0, 0
-    p, null = permutation_p(stat, observed, y, np.asarray(groups).astype(str), permutations=cf.permutations,
-                            stop_after=cf.stop_after, seed=seed, max_seconds=cf.max_seconds)
-    return p, len(null)
+def choose(taus: list[float]) -> int:
+    """The procedure a nested choice takes: the highest τ, the first (the simplest, by the
+    caller's order) unless another is strictly higher."""
+    return int(max(range(len(taus)), key=lambda i: (taus[i], -i)))
+
+
+def nested_choice(procedures: list[FitPredict], groups, *, folds: int = INNER_FOLDS, seed: int = 0,
+                  record: list | None = None) -> FitPredict:
+    """One fold procedure out of several: on the fold's training rows only, each procedure is
+    cross-fitted (:func:`inner_taus`), the best (:func:`choose`) is fitted on all of them and
+    predicts the fold.  Cross-fitting this procedure measures the whole fit, the choice included:
+    a fit that returns "the evaluator with judges when it beats the LLM-free one" reports the τ,
+    CI and p of that rule, never the better of two figures on the rows they were chosen on.
+    ``record`` (a list) receives the index chosen in each call, in call order."""
+    groups = np.asarray(groups).astype(str)
+
+    def fit_predict(tr, te, y):
+        k = 0 if len(procedures) == 1 else choose(inner_taus(procedures, tr, y, groups, folds=folds, seed=seed))
+        if record is not None:
+            record.append(k)
+        return procedures[k](tr, te, y)
+
+    return fit_predict
 
 
 def holdout_validity(pred, y, groups, cf: CrossFit = CrossFit(), *, seed: int = 0, scope: str = "") -> Validity:

@@ -41,6 +41,8 @@ __all__ = [
     "rewrite_comparative",
     "is_generic",
     "dedupe_by_meaning",
+    "opposite_direction",
+    "DUPLICATE_AGREEMENT",
     "rubric_polarity",
     "rubric_text_inverted",
     "flip_rubric",
@@ -264,10 +266,35 @@ def _similarity(texts: list[str], method: str) -> tuple[np.ndarray, str]:
     return sim, "lexical"
 
 
-def dedupe_by_meaning(items: list[tuple[str, str]], *, method: str = "auto", threshold: float | None = None):
+#: Kendall τ between two criteria's judge scores on the same training outputs at or above which
+#: two criteria of similar wording are one axis.  Similar wording alone is not enough: criteria of
+#: opposite direction ("keeps the meaning" / "loses meaning") embed close together (MiniLM cosine
+#: 0.65-0.71 measured on such pairs), and merging them loses the axis the labels may follow reversed.
+DUPLICATE_AGREEMENT = 0.5
+
+
+def opposite_direction(a: tuple[str, str], b: tuple[str, str]) -> bool:
+    """True when one criterion describes a bad output and the other does not (the lexical polarity
+    of "name: description" is negative for exactly one): "Completeness: covers every point" vs
+    "Omissions: leaves out key points".  Measured on the pairs table of
+    tests/evaluators/judges/test_criteria_quality.py: 9 of 10 opposite pairs found, none of the 8
+    paraphrase pairs (a miss is caught by the judges' agreement, :func:`dedupe_by_meaning`)."""
+    pa, pb = (_polarity(f"{clean_name(n)} {d}") for n, d in (a, b))
+    return (pa < 0) != (pb < 0)
+
+
+def dedupe_by_meaning(items: list[tuple[str, str]], *, method: str = "auto", threshold: float | None = None,
+                      agreement=None, kept_apart: list | None = None):
     """Keep the first of every group of criteria that mean the same.  Returns
     (kept, [(dropped item, kept item it duplicates, similarity)], method used).  ``method``:
-    ``auto`` (MiniLM embeddings, lexical when the encoder is missing), ``embedding``, ``lexical``."""
+    ``auto`` (MiniLM embeddings, lexical when the encoder is missing), ``embedding``, ``lexical``.
+
+    Similar wording is a duplicate only when the two point the same way: a pair whose texts read
+    in opposite directions (:func:`opposite_direction`) is never merged, and ``agreement(a, b)``
+    (when given: Kendall τ of the two criteria's judge scores on the same outputs, or None when it
+    could not be measured) must reach :data:`DUPLICATE_AGREEMENT`.  Pairs kept apart for either
+    reason are appended to ``kept_apart`` as ``(item, similar item, similarity, why)``."""
+    kept_apart = kept_apart if kept_apart is not None else []
     if len(items) < 2:
         return list(items), [], "none"
     texts = [f"{clean_name(n)}: {d}" for n, d in items]
@@ -276,14 +303,24 @@ def dedupe_by_meaning(items: list[tuple[str, str]], *, method: str = "auto", thr
     kept_idx: list[int] = []
     dropped = []
     for i in range(len(items)):
-        dup = next((j for j in kept_idx if sim[i, j] >= cut), None)
-        # the same name is the same axis whatever the wording of the description
-        dup = dup if dup is not None else next((j for j in kept_idx if _norm(clean_name(items[i][0])) == _norm(clean_name(items[j][0]))), None)
+        same_name = [j for j in kept_idx if _norm(clean_name(items[i][0])) == _norm(clean_name(items[j][0]))]
+        dup = same_name[0] if same_name else None  # the same name is the same axis whatever the description
+        for j in (j for j in kept_idx if dup is None and sim[i, j] >= cut):
+            why = "opposite direction" if opposite_direction(items[i], items[j]) else None
+            if why is None and agreement is not None:
+                t = agreement(items[i], items[j])
+                if t is not None and t < DUPLICATE_AGREEMENT:
+                    why = f"judge scores agree only τ {t:+.2f} on the same outputs"
+            if why is None:
+                dup = j
+                break
+            kept_apart.append((items[i], items[j], round(float(sim[i, j]), 3), why))
         if dup is None:
             kept_idx.append(i)
         else:
             dropped.append((items[i], items[dup], round(float(sim[i, dup]), 3)))
     return [items[i] for i in kept_idx], dropped, used
+
 
 
 # ---------------------------------------------------------------------------- rubrics
@@ -300,9 +337,14 @@ no none not never fails fail failed failing poor poorly bad worst weak incorrect
 errors error mistakes unclear confusing confused difficult hard complex complicated awkward unreadable
 incomprehensible incoherent irrelevant missing misses lacks lacking lack loses lost omits omitted distorts
 distorted garbled barely hardly little minimal major severe serious significant many unnatural verbose
-redundant inappropriate inconsistent unrelated nonsensical broken ungrammatical
+redundant inappropriate inconsistent unrelated nonsensical broken ungrammatical omission omissions omit leaves
+needless unnecessary unneeded wordy repeats repetitive repetition hallucination hallucinations hallucinates invented
+fabricated unsupported contradicts contradiction bug bugs crash crashes harmful toxic rude offensive dismissive
+off drifts vague
 """.split())
 _NEGATORS = {"not", "no", "never", "without", "lacks", "lacking", "fails", "barely", "hardly", "doesn", "isn", "don"}
+#: words after which a negative cue reads as good ("no errors", "free of mistakes", "avoids jargon")
+_CLEARING = {"not", "no", "never", "without", "free", "avoids", "avoid", "zero", "nothing", "none"}
 
 
 def _polarity(text: str) -> float:
@@ -316,8 +358,8 @@ def _polarity(text: str) -> float:
         negated = any(p in _NEGATORS for p in words[max(0, k - 3):k])
         if w in _POSITIVE:
             score += -1.0 if negated else 1.0
-        elif w in _NEGATIVE:
-            score -= 1.0
+        elif w in _NEGATIVE and w not in _CLEARING:
+            score += 1.0 if any(p in _CLEARING for p in words[max(0, k - 3):k]) else -1.0
     return score / max(1, len(words)) * 10
 
 
@@ -406,7 +448,7 @@ def _text_similarity(a: list[str], b: list[str]) -> np.ndarray:
 
 
 def check_criteria(proposals: list[tuple[str, str]], *, want: int, prompt_examples=PROMPT_EXAMPLES,
-                   dedupe: str = "auto") -> CheckedCriteria:
+                   dedupe: str = "auto", agreement=None) -> CheckedCriteria:
     """Clean, filter and deduplicate proposals (in order, first wins); at most ``want`` kept.
 
     Order of checks: empty/malformed -> copied from the prompt -> comparative (rewritten when
@@ -435,7 +477,10 @@ def check_criteria(proposals: list[tuple[str, str]], *, want: int, prompt_exampl
             name, desc = new
         survivors.append((name, desc))
         origin[(name, desc)] = raw_name
-    unique, dropped, res.dedupe_method = dedupe_by_meaning(survivors, method=dedupe)
+    apart: list = []
+    unique, dropped, res.dedupe_method = dedupe_by_meaning(survivors, method=dedupe, agreement=agreement, kept_apart=apart)
+    for (n, _d), (kn, _kd), s, why in apart:
+        res.notes.append(f"{n!r} kept beside {kn!r} although worded alike ({res.dedupe_method} similarity {s:.2f}): {why}")
     for (n, d), (kn, _kd), s in dropped:
         res.rejected.append(Rejection(origin.get((n, d), n), d, "duplicate", f"same meaning as {kn!r} ({res.dedupe_method} similarity {s:.2f})"))
     if res.dedupe_method == "lexical" and dedupe == "auto":

@@ -32,6 +32,7 @@ from .criteria_checks import (
     PROMPT_EXAMPLES,
     CheckedCriteria,
     check_criteria,
+    clean_name,
     contrastive_pairs,
     dedupe_by_meaning,
     flip_rubric,
@@ -176,8 +177,10 @@ _PROPOSE_INSTRUCTIONS = (
     f"customer-support task (do not reuse it): '{_EXAMPLE_LINE}'.")
 
 
-def propose_axes(gen: _Gen, task: str, target: str, inputs, outputs, y, n: int, rng) -> tuple[CheckedCriteria, int, dict]:
-    """Criteria from contrastive pairs, checked (:func:`.criteria_checks.check_criteria`).
+def propose_axes(gen: _Gen, task: str, target: str, inputs, outputs, y, n: int, rng,
+                 agreement=None) -> tuple[CheckedCriteria, int, dict]:
+    """Criteria from contrastive pairs, checked (:func:`.criteria_checks.check_criteria`; two
+    criteria worded alike are one only when ``agreement`` says their judges agree).
     A second round with other pairs runs when too few specific criteria survived.  Returns
     (checked criteria, number proposed, {"pairs": n, "same_input_pairs": m})."""
     proposals: list[tuple[str, str]] = []
@@ -208,8 +211,44 @@ def propose_axes(gen: _Gen, task: str, target: str, inputs, outputs, y, n: int, 
                       f"Write {ask} criteria, one per line.")
             found = _parse_criteria(gen.plain(prompt, "generate:axes", 64 * ask + 64))
         proposals += found
-        checked = check_criteria(proposals, want=n)
+        checked = check_criteria(proposals, want=n, agreement=agreement)
     return checked, len(proposals), info
+
+
+#: training outputs each criterion of a pair worded alike is judged on before the two are merged
+DEDUPE_CHECK_ROWS = 10
+
+
+def criteria_agreement(judge: LLMClient | None, task: str, inputs, outputs, y, rows: int = DEDUPE_CHECK_ROWS):
+    """``agreement(a, b)`` for :func:`.criteria_checks.dedupe_by_meaning`: Kendall τ between the
+    single-criterion judges of criteria ``a`` and ``b`` (``(name, description)``) on the same
+    ``rows`` training outputs, one per label level where possible (None without a judge or with
+    fewer than 5 readable pairs of scores).  Each criterion is judged once, with the request its
+    scoring sends later (served from the LLM cache then for these rows)."""
+    if judge is None or len(outputs) < 6:
+        return None
+    order = np.argsort(np.asarray(y, dtype=float), kind="stable")
+    picked = [int(order[k]) for k in np.unique(np.linspace(0, len(order) - 1, min(rows, len(order))).round().astype(int))]
+    scored: dict[tuple[str, str], np.ndarray] = {}
+
+    def scores(item):
+        if item not in scored:
+            spec = JudgeSpec(kind="single", criterion=clean_name(item[0]), description=item[1], task=task)
+            metric = LLMJudgeMetric.from_spec(spec, judge.config)
+            replies = judge.chat_many(metric.requests([outputs[r] for r in picked], [inputs[r] for r in picked]),
+                                      stage="generate:dedupe_check")
+            scored[item] = np.array([read_score(r, spec.scale_min, spec.scale_max)[0] for r in replies], dtype=float)
+        return scored[item]
+
+    def agreement(a, b):
+        sa, sb = scores(a), scores(b)
+        ok = np.isfinite(sa) & np.isfinite(sb)
+        if ok.sum() < 5:
+            return None
+        t = kendall_tau(sa[ok], sb[ok])[0]
+        return None if not np.isfinite(t) else float(t)
+
+    return agreement
 
 
 _gen_sigs_cache = None
@@ -247,16 +286,21 @@ _FLAT_SD = 0.1  # judge scores on the check pairs with less spread than this (1-
 
 
 def check_rubric_direction(spec: JudgeSpec, judge: LLMClient | None, inputs, outputs, pairs, *,
-                           min_gap: float = 0.5) -> tuple[JudgeSpec | None, dict]:
-    """Is level 5 the good end?  (spec or None when rejected, record of the check.)
+                           min_gap: float = 0.5) -> tuple[JudgeSpec, dict]:
+    """Is level 5 the good end?  (the spec, level texts reversed when they read upside down;
+    the record of the check.)
 
     1. The level texts: when level 1 reads clearly better than level 5 (lexical polarity,
        :func:`.criteria_checks.rubric_text_inverted`), the levels are reversed.
     2. The training labels: the judge grades both rows of each contrastive ``pairs`` with the
-       (possibly reversed) rubric; when the lower-rated row scores higher on average by at
-       least ``min_gap`` and in more pairs than not, the rubric is rejected.  These are the
-       same requests the fit's scoring later sends for those rows, so a kept rubric's check is
-       served from the LLM cache then."""
+       (possibly reversed) rubric.  When the lower-rated row scores higher on average by at
+       least ``min_gap`` and in more pairs than not, the record says so (``reads_reversed``) but
+       the rubric is kept: a handful of pairs cannot decide a direction (measured: the check
+       rejected a rubric that reliably disagrees with the labels in 12 of 12 SimpEval fits, on 3
+       pairs, while the same criterion as a single judge was used reversed), so, as for single
+       judges, the sign the regression gives it on every training row decides.  These are the
+       same requests the fit's scoring later sends for those rows, so the check is served from
+       the LLM cache then."""
     rec: dict = {"criterion": spec.criterion}
     inverted, rec["text"] = rubric_text_inverted(spec.rubric or {})
     if inverted:
@@ -273,9 +317,7 @@ def check_rubric_direction(spec: JudgeSpec, judge: LLMClient | None, inputs, out
         rec.update({"pairs": int(len(diff)), "mean_gap": round(float(diff.mean()), 3) if len(diff) else None,
                     "wins": int((diff > 0).sum()), "losses": int((diff < 0).sum()),
                     "score_sd": round(float(np.nanstd(sc)), 3) if np.isfinite(sc).any() else None})
-        if len(diff) >= 2 and diff.mean() <= -min_gap and rec["losses"] > rec["wins"]:
-            rec["verdict"] = "rejected"
-            return None, rec
+        rec["reads_reversed"] = bool(len(diff) >= 2 and diff.mean() <= -min_gap and rec["losses"] > rec["wins"])
     rec["verdict"] = "flipped" if inverted else "kept"
     return spec, rec
 
@@ -409,7 +451,8 @@ def generate_judges(task: str | None, target: str, inputs: list[str], outputs: l
     n_axes = max(counts.n_single, counts.n_rubric)
     axes: list[tuple[str, str]] = []
     if n_axes:
-        checked, n_proposed, info = propose_axes(gen, task, target, inputs, outputs, y, n_axes, rng)
+        agree = criteria_agreement(judge, task, inputs, outputs, y)
+        checked, n_proposed, info = propose_axes(gen, task, target, inputs, outputs, y, n_axes, rng, agree)
         axes = list(checked.kept)
         origin["contrastive_pairs"] = info
         notes.append(f"criteria proposed from {info['pairs']} contrastive pairs ({info['same_input_pairs']} with the same input): "
@@ -444,10 +487,10 @@ def generate_judges(task: str | None, target: str, inputs: list[str], outputs: l
         if rec.get("score_sd") is not None and rec["score_sd"] < _FLAT_SD:
             notes.append(f"rubric {name!r}: the judge's scores barely vary on the {rec['pairs']} check pairs with the largest "
                          f"label gaps (sd {rec['score_sd']:.2f} on 1-5); screening decides whether it carries signal")
-        if checked_spec is None:
-            notes.append(f"rubric {name!r} rejected: on {rec['pairs']} training pairs with the largest label gaps the judge "
-                         f"scored the lower-rated output higher (mean gap {rec['mean_gap']:+.2f}, {rec['losses']} of {rec['pairs']})")
-            continue
+        if rec.get("reads_reversed"):
+            notes.append(f"rubric {name!r}: on {rec['pairs']} training pairs with the largest label gaps the judge scored the "
+                         f"lower-rated output higher (mean gap {rec['mean_gap']:+.2f}, {rec['losses']} of {rec['pairs']}); "
+                         "kept, and used reversed if every training row agrees (the regression's sign decides)")
         specs.append(checked_spec)
     for _ in range(counts.n_example):
         specs.append(example_judge(task, target, inputs, outputs, y, counts, judge.config, rng))

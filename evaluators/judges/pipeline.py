@@ -46,7 +46,7 @@ from ..induce import fit_on_features, fold_selector
 from ..llm.client import LLMCache, LLMClient, LLMConfig, LLMUnreachable, Usage
 from ..retrieval import score_bank
 from ..sampling import sample_groups
-from ..validity import CrossFit, choice_adjusted, fold_plan
+from ..validity import CrossFit, choose, fold_plan, inner_taus
 from . import artifact as art
 from .budget import Budget, measure_speed, plan_fit
 from .generate import generate_judges
@@ -103,11 +103,11 @@ def _bank_note(opts: LLMOptions, n_train: int) -> str:
                if opts.use_bank != "never" else ")"))
 
 
-def _llm_free(lab, target, common, progress: bool = False, k: int = 8, dense: bool = True) -> tuple:
+def _llm_free(lab, target, common, progress: bool = False, k: int = 8, dense: bool = True, metrics=None) -> tuple:
     """The floor: the MetricBank metrics the retrieval policy scores (every cheap one, the
-    expensive ones by measured signal), fitted like ``fit`` without --llm."""
+    expensive ones by measured signal; or exactly ``metrics``), fitted like ``fit`` without --llm."""
     feats, bank, unavailable, plan = score_bank(lab, target, common["task"], test_size=common["test_size"],
-                                                seed=common["seed"], k=k, progress=progress, dense=dense)
+                                                seed=common["seed"], k=k, progress=progress, dense=dense, metrics=metrics)
     try:
         free = fit_on_features(lab, target, feats, unavailable=unavailable, **common)
     except (DataError, ValueError) as exc:
@@ -118,7 +118,7 @@ def _llm_free(lab, target, common, progress: bool = False, k: int = 8, dense: bo
 
 def fit_with_judges(ds, target: str, opts: LLMOptions, *, task: str | None = None, test_size: float | None = None,
                     seed: int = 0, top_n: int = 5, n_boot: int = 1000, regression: str = "nnls", progress: bool = False,
-                    dry_run: bool = False, crossfit=None, echo=lambda *a, **k: None):
+                    dry_run: bool = False, crossfit=None, metrics=None, echo=lambda *a, **k: None):
     """Run the full method (module docstring) on a loaded dataset.  With ``dry_run=True``
     returns the plan from :func:`estimate_plan` (with ``opts.warmup`` also seconds per stage from
     a measured warm-up call) and makes no other call.  Called by
@@ -141,7 +141,7 @@ def fit_with_judges(ds, target: str, opts: LLMOptions, *, task: str | None = Non
     free, (Xb, meta_b, notes_b), retrieval, why_no_free = (None, (pd.DataFrame(index=range(len(lab))), {}, []), None, None)
     if opts.use_bank != "never":
         free, (Xb, meta_b, notes_b), retrieval, why_no_free = _llm_free(lab, target, common, progress, opts.retrieve_k,
-                                                                        opts.dense)
+                                                                        opts.dense, metrics)
         if why_no_free:
             notes.append(why_no_free)
     counts, clip, budget, plan, free_same = opts.counts, opts.clip_chars, None, None, None
@@ -176,7 +176,7 @@ def fit_with_judges(ds, target: str, opts: LLMOptions, *, task: str | None = Non
         say(f"note: {note}")
         notes.append(note)
     if free is not None:
-        say(f"LLM-free evaluator (the floor): held-out τ {_tau(free)}")
+        say(f"LLM-free evaluator (the floor): {'held-out' if lab.has_holdout(test_size) else 'cross-fitted'} τ {_tau(free)}")
 
     y = lab.y(target)
     train_pos, test_pos = lab.split_positions(test_size, seed)
@@ -266,9 +266,17 @@ def fit_with_judges(ds, target: str, opts: LLMOptions, *, task: str | None = Non
                             f"(--use-bank never): {fates}. " + " ".join(notes))
 
         # ----------------------------------------------------------------- the floor
-        returned, why = _floor(result, free, {c.name for c in cands}, stopped, bool(outcome.finalists), free_same)
-        if returned is result and free is not None and not lab.has_holdout(test_size):
-            _pay_for_the_choice(result, lab, target, Xb, meta_b, X, meta, fold, common, say)
+        names = {c.name for c in cands}
+        chooses = (result is not None and free is not None and free_same is None
+                   and any(f["feature"] in names for f in result.evaluator.features))
+        procs = _procedures(lab, target, Xb, meta_b, X, meta, fold, common) if chooses else None
+        train_taus = None
+        if procs and lab.has_holdout(test_size):  # held out: the choice is made on the training rows alone
+            train_taus = inner_taus(procs, train_pos, y, groups, folds=(crossfit or CrossFit()).folds, seed=seed)
+        returned, why = _floor(result, free, names, stopped, bool(outcome.finalists), free_same, train_taus)
+        nested = None
+        if procs and not lab.has_holdout(test_size):
+            nested = _validate_the_choice(returned, lab, target, procs, common, say)
         tok = judge.usage.token_report(_JUDGING)
         if tok:
             say(f"judge prompts: {tok['sent']:,} tokens sent, {tok['evaluated']:,} not reusable from a prefix cache; the floor "
@@ -301,8 +309,11 @@ def fit_with_judges(ds, target: str, opts: LLMOptions, *, task: str | None = Non
                      "base": {"features": base_cols, "note": "the metrics already in: a candidate's screening figure is the "
                                                              "out-of-fold R² it adds to their out-of-fold prediction"}}
         floor = {"returned": a["method"]["returned"], "why": why, "llm_free_test": free.evaluator.statistics["test"] if free else None,
-                 "with_judges_test": result.evaluator.statistics["test"] if result else None,
-                 "note": "the choice between the two is made on the held-out rows (both τ shown): the reported τ is the better of two"}
+                 "with_judges_test": result.evaluator.statistics["test"] if result else None, "nested": nested,
+                 "note": ("each figure is that procedure's alone; the returned evaluator's τ, CI and p are those of the "
+                          "whole procedure, the choice made inside each fold" if nested else
+                          "the choice was made on the training rows; the held-out rows chose nothing"
+                          if train_taus is not None else "no choice between the two was made on the labels")}
         a["llm"] = {"generator": gen.config.public(), "judge": judge.config.public(), "usage": gen.usage.to_dict(),
                     "candidates": fates, "screening": screening, "floor": floor,
                     "budget": ({"plan": plan.to_dict() if plan else None, **budget.to_dict()} if budget else None),
@@ -368,32 +379,59 @@ def _fit_with_candidates(lab, target, X, meta, notes_b, outcome, screener, test_
         return None, stopped
 
 
-def _pay_for_the_choice(result, lab, target, Xb, meta_b, X, meta, fold, common, say) -> None:
-    """The evaluator with judges was returned because its cross-fitted τ beat the LLM-free one on
-    the same folds: its validity is re-tested with the larger of the two τ as the permutation
-    statistic (both procedures rerun on every permutation), and it stays validated only if that
-    choice is above chance too; ``validity.choice_p_value`` records it."""
-    v = result.evaluator.artifact["validity"]
-    if v.get("method") != "cross-fit" or not v.get("validated"):
-        return
-    cf = common.get("crossfit") or CrossFit(n_boot=common["n_boot"])
-    y, groups = lab.y(target), lab.frame["group"].astype(str).to_numpy()
+def _procedures(lab, target, Xb, meta_b, X, meta, fold, common) -> list:
+    """The two fold procedures a fit with judges chooses between, simplest first: the LLM-free
+    regression on the MetricBank features, and the fit with the candidates (``fold``: with the
+    last screening round inside the fold)."""
+    groups = lab.frame["group"].astype(str).to_numpy()
     names_b, names = list(Xb.columns), list(X.columns)
     Ab, A = Xb.to_numpy(dtype=float), X.to_numpy(dtype=float)
     free_fold = fold_selector(common["regression"], common["top_n"], [meta_b[c]["generated"] for c in names_b], groups)
     judge_fold = fold or fold_selector(common["regression"], common["top_n"], [meta[c]["generated"] for c in names], groups,
                                        [j for j, c in enumerate(names) if meta[c].get("required")])
-    procedures = [lambda tr, te, yy: judge_fold(A, tr, te, yy)]
-    if names_b:
-        procedures.append(lambda tr, te, yy: free_fold(Ab, tr, te, yy))
-    p, n = choice_adjusted(procedures, y, groups, fold_plan(groups, cf, common["seed"]), cf, seed=common["seed"])
-    v["choice_p_value"], v["choice_permutations"] = p, n
-    if p > cf.alpha:
-        v["validated"] = False
-        v["reason"] += (f"; but choosing the better of it and the LLM-free evaluator on the same folds is not above "
-                        f"chance (permutation p={p:.3g} over {n} permutations for the larger τ), so NOT validated")
-        result.evaluator.artifact["warnings"].append(f"not validated: {v['reason']}. Treat its scores as unvalidated.")
-        say(f"validity: the choice of the evaluator with judges is not above chance (p={p:.3g}): not validated")
+    return [lambda tr, te, yy: free_fold(Ab, tr, te, yy), lambda tr, te, yy: judge_fold(A, tr, te, yy)]
+
+
+#: what ran inside each fold of a fit with judges whose choice is validated with it
+_NESTED_SCOPE = ("the choice between the evaluator with judges and the LLM-free one (an inner {k}-fold cross-fit on "
+                 "the fold's training rows), the last screening round, selection and weighting ran inside each fold; "
+                 "judge generation and the early screening rounds used every labelled row")
+
+
+def _validate_the_choice(returned, lab, target, procedures, common, say) -> dict:
+    """Cross-fitted: the returned evaluator's τ, CI, p and verdict become those of the whole
+    procedure, the choice between judges and LLM-free included (:func:`..validity.nested_choice`:
+    in each fold the choice is made on that fold's training rows alone).  Returns what the
+    choice did (``llm.floor.nested``)."""
+    from ..validity import INNER_FOLDS, crossfit_validity, nested_choice
+
+    cf = common.get("crossfit") or CrossFit(n_boot=common["n_boot"])
+    y, groups = lab.y(target), lab.frame["group"].astype(str).to_numpy()
+    chosen: list[int] = []
+    plan = fold_plan(groups, cf, common["seed"])
+    v, oof = crossfit_validity(nested_choice(procedures, groups, seed=common["seed"], record=chosen), y, groups, plan, cf,
+                               seed=common["seed"], scope=_NESTED_SCOPE.format(k=INNER_FOLDS))
+    n_folds = sum(len(np.unique(f)) for f in plan)
+    a = returned.evaluator.artifact
+    a["validity"] = v.to_dict()
+    a["statistics"]["test"] = {"n": v.n_labels, "tau": v.tau, "ci_low": v.ci[0], "ci_high": v.ci[1], "p_value": v.p_value,
+                               "method": "cross-fit"}
+    a["method"]["validation"] = v.method
+    a["warnings"] = [w for w in a["warnings"] if not w.startswith("not validated:")]
+    if not v.validated:
+        a["warnings"].append(f"not validated: {v.reason}. Treat its scores as unvalidated.")
+    if len(returned.test) == oof.shape[1]:
+        returned.test = returned.test.assign(score=np.nanmean(oof, axis=0))
+    nested = {"judges_chosen_in_folds": int(sum(chosen[:n_folds])), "folds": int(n_folds), "inner_folds": INNER_FOLDS,
+              "tau": v.tau, "note": "the reported τ, CI and p are those of the whole procedure: in each fold the choice "
+                                    "between judges and LLM-free was made on that fold's training rows"}
+    say(f"the choice, validated with it: judges chosen in {nested['judges_chosen_in_folds']} of {n_folds} folds; "
+        f"cross-fitted τ of the whole procedure {_num(v.tau)}")
+    return nested
+
+
+def _num(v) -> str:
+    return "undefined" if v is None else f"{v:.3f}"
 
 
 def _tau(res) -> str:
@@ -405,10 +443,13 @@ def _tau(res) -> str:
 _JUDGING = ("score:", "generate:example")
 
 
-def _floor(result, free, candidate_names: set, stopped: str | None, finalists: bool = False, free_same=None) -> tuple:
+def _floor(result, free, candidate_names: set, stopped: str | None, finalists: bool = False, free_same=None,
+           train_taus=None) -> tuple:
     """(returned result, why): the evaluator with judges only when one of them is in it and it
-    beats the LLM-free evaluator on the held-out rows (cross-fitted: on the same folds;
-    ``free_same`` is the LLM-free procedure on the judges' rows when a budget cut them)."""
+    beats the LLM-free evaluator: cross-fitted, on the same folds (``free_same`` is the LLM-free
+    procedure on the judges' rows when a budget cut them); with a held-out split, on the
+    training rows alone (``train_taus``: the two procedures' cross-fitted τ there, LLM-free
+    first), so the held-out rows reported chose nothing."""
     if result is None:
         if stopped:
             return free, f"the evaluator with judges could not be validated ({stopped})"
@@ -418,6 +459,11 @@ def _floor(result, free, candidate_names: set, stopped: str | None, finalists: b
         return result, "no LLM-free evaluator to compare with"
     if not any(f["feature"] in candidate_names for f in result.evaluator.features):
         return free, "no judge was selected"
+    if train_taus is not None:
+        tf, tj = train_taus
+        if choose(train_taus) == 0:
+            return free, f"cross-fitted τ on the training rows with judges {tj:.3f} is not above the LLM-free {tf:.3f}"
+        return result, f"cross-fitted τ on the training rows with judges {tj:.3f} > LLM-free {tf:.3f}"
     cmp = free_same or free
     tj, tf = result.evaluator.statistics["test"]["tau"], cmp.evaluator.statistics["test"]["tau"]
     what = "held-out" if result.evaluator.statistics["test"].get("method") != "cross-fit" else "cross-fitted"

@@ -80,7 +80,7 @@ def _build_parser() -> argparse.ArgumentParser:
                         "machine; ebm_pairs adds up to 3 pairwise terms), auto (NNLS below 300 training labels, else the "
                         "best of nnls/pls/enet/single/ebm by grouped CV on the training rows only; mean held-out τ "
                         "0.342 vs 0.339 for NNLS on the 16 shared targets, but a fit takes ~8x longer)")
-    f.add_argument("--metrics", default=None, help="comma-separated MetricBank names to consider (default: all that run)")
+    f.add_argument("--metrics", default=None, help="comma-separated MetricBank names to consider, with or without --llm (default: all that run)")
     f.add_argument("--n-boot", type=count(0, N_BOOT_MAX), default=1000,
                    help=f"bootstrap resamples for confidence intervals (0: none; at most {N_BOOT_MAX})")
     f.add_argument("--out", required=True, help="output folder")
@@ -281,30 +281,15 @@ def _cmd_fit(args) -> int:
             ds_t = sample_rows(ds, t, args.max_rows, args.seed)
             if ds_t is not ds:
                 print(f"[{t}] note: {ds_t.warnings[-1]}")
-        if use_llm:
-            opts = _llm_options(args)
-            kw = dict(task=args.task, llm_options=opts, test_size=args.test_size or 0.3, seed=args.seed, top_n=args.top_n,
-                      regression=args.regression, crossfit=_crossfit(args),
-                      n_boot=args.n_boot, progress=not args.no_progress, dataset=ds_t)
-            if args.dry_run:
-                _print_dry_run(t, fit_evaluator(args.data, t, dry_run=True, **kw), opts)
-                continue
-            result = fit_evaluator(args.data, t, echo=print, **kw)
-        else:
-            result = fit_evaluator(
-                args.data,
-                t,
-                task=args.task,
-                test_size=args.test_size,
-                seed=args.seed,
-                top_n=args.top_n,
-                regression=args.regression,
-                metrics=metrics,
-                n_boot=args.n_boot,
-                progress=not args.no_progress,
-                dataset=ds_t,
-                crossfit=_crossfit(args),
-            )
+        # one call for both paths (the LLM-free fit is the zero-judge case): the same split, metrics and validation
+        opts = _llm_options(args) if use_llm else None
+        kw = dict(task=args.task, llm_options=opts, test_size=args.test_size, seed=args.seed, top_n=args.top_n,
+                  regression=args.regression, metrics=metrics, crossfit=_crossfit(args), n_boot=args.n_boot,
+                  progress=not args.no_progress, dataset=ds_t)
+        if args.dry_run:
+            _print_dry_run(t, fit_evaluator(args.data, t, dry_run=True, **kw), opts)
+            continue
+        result = fit_evaluator(args.data, t, echo=print, **kw)
         result.keep_shown_warnings(loading.messages)
         if args.scaling or args.robustness:
             with collect_warnings() as shown:

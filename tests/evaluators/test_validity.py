@@ -259,22 +259,38 @@ def test_groups_that_cannot_be_exchanged_are_said_not_tested():
     assert v.tau > 0.5 and not v.validated and "cannot be tested against chance" in v.reason
 
 
-def test_choosing_the_better_of_two_procedures_is_paid_for():
-    """The larger of two cross-fitted τ is tested against the larger of the two on each
-    permutation: two noise procedures are not validated by taking the better one, a real signal is."""
-    from autometrics.evaluators.validity import choice_adjusted
+def test_a_nested_choice_is_validated_as_one_procedure():
+    """The choice between two procedures is made inside each fold, on its training rows alone:
+    the signal procedure is chosen and validated; two noise procedures are not validated by
+    taking the better one; no choice ever sees the rows it then predicts."""
+    from autometrics.evaluators.validity import crossfit_validity, nested_choice
 
     rng = np.random.default_rng(7)
     groups = np.repeat(np.arange(30), 2).astype(str)
     y = rng.normal(size=60)
     plan = fold_plan(groups, FAST, seed=0)
-    lin = lambda x: (lambda tr, te, yy: np.polyval(np.polyfit(x[tr], yy[tr], 1), x[te]))  # noqa: E731
+    seen: list[tuple[set, set]] = []
+
+    def lin(x):
+        def fit_predict(tr, te, yy):
+            seen.append((set(tr.tolist()), set(te.tolist())))
+            return np.polyval(np.polyfit(x[tr], yy[tr], 1), x[te])
+        return fit_predict
+
     signal = y + rng.normal(scale=1.0, size=60)
-    p, n = choice_adjusted([lin(signal), lin(rng.normal(size=60))], y, groups, plan, FAST)
-    assert p <= 0.05 and n >= 19
+    chosen: list[int] = []
+    v, _ = crossfit_validity(nested_choice([lin(rng.normal(size=60)), lin(signal)], groups, record=chosen), y, groups,
+                             plan, FAST)
+    n_folds = sum(len(np.unique(f)) for f in plan)
+    assert v.validated and sum(chosen[:n_folds]) >= n_folds - 1
+    assert all(not (tr & te) for tr, te in seen)
+    # the outer fold's rows are never in an inner fit: every fit of the first outer fold stays inside its training rows
+    outer_te = set(np.flatnonzero(plan[0] == 0).tolist())
+    assert all(not (tr & outer_te) for tr, _ in seen[: 2 * 3 + 1])
     passed = 0
     for s in range(8):
         noise = np.random.default_rng(50 + s)
-        p, _ = choice_adjusted([lin(noise.normal(size=60)), lin(noise.normal(size=60))], y, groups, plan, FAST, seed=s)
-        passed += p <= 0.05
+        v, _ = crossfit_validity(nested_choice([lin(noise.normal(size=60)), lin(noise.normal(size=60))], groups, seed=s),
+                                 y, groups, plan, FAST, seed=s)
+        passed += v.validated
     assert passed <= 1

@@ -226,7 +226,8 @@ def test_cli_fit_says_where_the_tokens_went(tmp_path, capsys, monkeypatch):
         out = capsys.readouterr().out
     assert "note: max rows 70: fitted on a seeded sample of 68 of 100 labelled rows" in dry
     assert "measured warm-up:" in dry and "of LLM time in all" in dry
-    assert "note: MetricBank metrics are not candidates next to the judges (44 training labels < 80" in dry
+    # cross-fitted by default: every label counts for the bank's inclusion rule
+    assert "note: MetricBank metrics are not candidates next to the judges (68 training labels < 80" in dry
     assert "note: MetricBank metrics are not candidates" in out and "measured speed:" in out and "budget 10.0 min: plan:" in out
     cand = [line for line in out.splitlines() if line.startswith("[score] candidate ")]
     a = json.loads((tmp_path / "run" / "evaluator.json").read_text())

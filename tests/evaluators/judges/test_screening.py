@@ -112,10 +112,16 @@ def test_noise_judges_only_give_back_the_llm_free_evaluator_and_say_so(tmp_path)
     fates = [c["fate"] for c in a["llm"]["candidates"]]
     assert "kept" not in fates and fates.count("screened out") >= 5
     assert asked < 0.85 * 9 * 60
-    # the LLM-free evaluator is exactly what `fit` without --llm gives on the same split
+    # the LLM-free evaluator is exactly what `fit` without --llm gives; its figure is the whole procedure's when a
+    # choice between it and judges was made (inside each fold), else its own
     free = fit_evaluator(df, "score", n_boot=50).evaluator.artifact
     assert [f["feature"] for f in a["features"]] == [f["feature"] for f in free["features"]]
-    assert a["statistics"]["test"]["tau"] == pytest.approx(free["statistics"]["test"]["tau"])
+    nested = a["llm"]["floor"]["nested"]
+    if nested is None:
+        assert a["statistics"]["test"]["tau"] == pytest.approx(free["statistics"]["test"]["tau"])
+    else:
+        assert a["statistics"]["test"]["tau"] == pytest.approx(nested["tau"]) == pytest.approx(a["validity"]["tau"])
+        assert "the choice between the evaluator with judges and the LLM-free one" in a["validity"]["scope"]
 
 
 def test_unreadable_replies_make_a_failed_candidate(tmp_path):
