@@ -426,6 +426,8 @@ def _validate_holdout(selector, Xa, y, groups, train_pos, test_pos, generated, c
     validity = holdout_validity(pred_test, y[test_pos], groups[test_pos], cf, seed=seed,
                                 scope=scope or "selection and weighting on the training split")
     stats_test["p_value"] = validity.p_value if validity.p_value is not None else stats_test["p_value"]
+    if validity.ci[0] is not None:  # one CI per figure: the verdict's (a cluster bootstrap of whole groups)
+        stats_test["ci_low"], stats_test["ci_high"] = validity.ci
     stats_test["method"] = "holdout"
     best = None
     allowed = [not g for g in generated]
