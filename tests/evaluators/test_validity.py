@@ -294,3 +294,30 @@ def test_a_nested_choice_is_validated_as_one_procedure():
                                  y, groups, plan, FAST, seed=s)
         passed += v.validated
     assert passed <= 1
+
+
+def test_a_single_metric_beating_the_evaluator_beyond_noise_is_said():
+    """The evaluator's cross-fitted τ next to the best single metric's on the same folds: a fold
+    procedure that ranks badly (here one that reads the best metric upside down) loses to the
+    metric alone by far more than noise, and the fit says so in its warnings; a paired CI near
+    zero says nothing."""
+    from autometrics.evaluators.induce import fit_on_features, paired_difference
+
+    rng = np.random.default_rng(3)
+    n = 80
+    df = pd.DataFrame({"input": [f"q{i // 2}" for i in range(n)], "output": [f"a{i}" for i in range(n)],
+                       "score": rng.normal(size=n)})
+    ds = load_dataset(df, "score")
+    y = ds.labelled("score").y("score")
+    X = pd.DataFrame({"good": y + rng.normal(scale=0.5, size=n), "noise": rng.normal(size=n)})
+    meta = {c: {"feature": c, "signature": c, "metric": None, "submetric": None, "generated": False,
+                "higher_is_better": True, "seconds": 0.0} for c in X.columns}
+    res = fit_on_features(ds, "score", (X, meta, []), n_boot=200, crossfit=FAST,
+                          fold_fit=lambda Xa, tr, te, yy: -Xa[te, 0])
+    best = res.evaluator.statistics["best_single_metric"]
+    assert best["feature"] == "good" and best["vs_evaluator"]["beats_beyond_noise"]
+    assert any("the best single metric, good, agrees with the labels better than the evaluator beyond noise" in w
+               for w in res.evaluator.artifact["warnings"])
+    same = paired_difference([X["good"].to_numpy()], [X["good"].to_numpy() + 1e-9 * rng.normal(size=n)], y,
+                             ds.labelled("score").frame["group"], 200, 0)
+    assert not same["beats_beyond_noise"] and abs(same["difference"]) < 0.01
