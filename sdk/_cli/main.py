@@ -61,7 +61,8 @@ def _build_parser() -> argparse.ArgumentParser:
     f.add_argument("--group-col", default=None, help="split groups (default: the input text)")
     f.add_argument("--test-size", type=fraction, default=None,
                    help="keep this grouped share of the labelled rows (0..1) as a held-out test set and fit on the rest; "
-                        "default: none, the evaluator is fitted on every labelled row and its validity is cross-fitted")
+                        "default: none, with or without --llm: the evaluator is fitted on every labelled row and its validity is "
+                        "cross-fitted")
     f.add_argument("--folds", type=count(2, 20), default=5, help="grouped folds of the cross-fitted validity (default 5)")
     f.add_argument("--repeats", type=count(1, 50), default=5,
                    help="fold assignments of the cross-fitted validity, averaged (default 5)")

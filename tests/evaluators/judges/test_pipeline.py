@@ -92,6 +92,25 @@ def test_retrieval_with_bank_and_dry_run(fake, env):
         assert [c["feature"] for c in a["llm"]["candidates"]] == [g["feature"] for g in a["generated"]]
 
 
+def test_cli_fit_with_judges_cross_fits_and_honours_metrics(fake, env, capsys):
+    """`fit --llm` at default flags: no held-out split (every label counts, validity cross-fitted),
+    and --metrics limits the bank next to the judges as it does without --llm."""
+    from autometrics._cli.main import main
+
+    data = env / "data.csv"
+    _data(n=60).to_csv(data, index=False)
+    with fake(judge=_judge) as srv:
+        assert main(["fit", str(data), "--target", "score", "--llm", f"openai/fake@{srv.url}", "--quick", "--n-boot", "50",
+                     "--metrics", "LengthRatio,FKGL", "--use-bank", "always", "--no-progress", "--out", str(env / "run")]) == 0
+    out = capsys.readouterr().out
+    a = json.loads((env / "run" / "evaluator.json").read_text())
+    assert a["validity"]["method"] == "cross-fit" and a["method"]["fitted_on"] == "every labelled row"
+    assert a["dataset"]["n_train"] == 60 and a["dataset"]["n_test"] == 0
+    assert a["llm"]["screening"]["base"]["features"] and all(
+        f.split(".")[0] in ("LengthRatio", "FKGL") for f in a["llm"]["screening"]["base"]["features"])
+    assert "held-out" not in out and "cross-fitted Kendall tau" in out
+
+
 def _fingerprint(artifact: dict) -> dict:
     return {
         "judges": [(g["feature"], g["spec"]["criterion"], g["spec"].get("rubric"), g["spec"].get("demonstrations"))
