@@ -80,6 +80,7 @@ def load(spec: str) -> tuple[pd.DataFrame, str, str, str]:
     full = pd.read_csv(DATASETS / meta.get("file", f"{name}.csv"))
     full = full[full[target].notna()].drop(columns=[c for c in meta["labels"] if c != target])
     full["id"] = full["id"].astype(str)
+    full["input"] = full["input"].fillna("")  # a row without an input is its own (empty) group, never a NaN key
     return full.reset_index(drop=True), target, meta["task"], name
 
 

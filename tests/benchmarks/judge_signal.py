@@ -1,6 +1,11 @@
 """Judges with a known signal: does the full LLM path keep the judges that carry signal,
 use the one that reliably disagrees reversed, drop the noise, and gain what an oracle gains?
 
+The library's harness: it hands the fit its judges (no generation, de-duplication or rubric
+check) and fixes its own split.  Figures users can expect come from the CLI benchmark,
+tests/benchmarks/judge_cli.py (``autometrics fit --llm`` at default flags, the stand-in server
+generating the criteria); this one isolates screening and regression.
+
     python tests/benchmarks/judge_signal.py                       # simpeval, 80 training labels, 10 seeds
     python tests/benchmarks/judge_signal.py --train 40 160 --seeds 10
 
