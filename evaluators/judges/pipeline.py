@@ -274,6 +274,8 @@ def fit_with_judges(ds, target: str, opts: LLMOptions, *, task: str | None = Non
         if procs and lab.has_holdout(test_size):  # held out: the choice is made on the training rows alone
             train_taus = inner_taus(procs, train_pos, y, groups, folds=(crossfit or CrossFit()).folds, seed=seed)
         returned, why = _floor(result, free, names, stopped, bool(outcome.finalists), free_same, train_taus)
+        # each procedure's own figure, kept before the returned one's becomes the whole procedure's
+        own_tests = [dict(r.evaluator.statistics["test"]) if r is not None else None for r in (free, result)]
         nested = None
         if procs and not lab.has_holdout(test_size):
             nested = _validate_the_choice(returned, lab, target, procs, common, say)
@@ -308,8 +310,8 @@ def fit_with_judges(ds, target: str, opts: LLMOptions, *, task: str | None = Non
                      "rounds": outcome.rounds, "stopped": stopped,
                      "base": {"features": base_cols, "note": "the metrics already in: a candidate's screening figure is the "
                                                              "out-of-fold R² it adds to their out-of-fold prediction"}}
-        floor = {"returned": a["method"]["returned"], "why": why, "llm_free_test": free.evaluator.statistics["test"] if free else None,
-                 "with_judges_test": result.evaluator.statistics["test"] if result else None, "nested": nested,
+        floor = {"returned": a["method"]["returned"], "why": why, "llm_free_test": own_tests[0],
+                 "with_judges_test": own_tests[1], "nested": nested,
                  "note": ("each figure is that procedure's alone; the returned evaluator's τ, CI and p are those of the "
                           "whole procedure, the choice made inside each fold" if nested else
                           "the choice was made on the training rows; the held-out rows chose nothing"

@@ -117,6 +117,7 @@ def test_noise_judges_only_give_back_the_llm_free_evaluator_and_say_so(tmp_path)
     free = fit_evaluator(df, "score", n_boot=50).evaluator.artifact
     assert [f["feature"] for f in a["features"]] == [f["feature"] for f in free["features"]]
     nested = a["llm"]["floor"]["nested"]
+    assert a["llm"]["floor"]["llm_free_test"]["tau"] == pytest.approx(free["statistics"]["test"]["tau"])  # its own figure
     if nested is None:
         assert a["statistics"]["test"]["tau"] == pytest.approx(free["statistics"]["test"]["tau"])
     else:
