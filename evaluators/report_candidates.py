@@ -47,8 +47,12 @@ def candidates_markdown(a: dict, level: int = 2) -> list[str]:
                  "scoring.")
     lf, wj = floor.get("llm_free_test") or {}, floor.get("with_judges_test") or {}
     if lf or wj:
-        lines.append(f"Held-out τ: LLM-free {_f(lf.get('tau'), '.3f')}, with judges {_f(wj.get('tau'), '.3f')} "
-                     "(the choice is made on these held-out rows, so the reported τ is the better of two).")
+        what = "Cross-fitted" if (lf or wj).get("method") == "cross-fit" else "Held-out"
+        nested = floor.get("nested")
+        how = (f"each procedure's own figure; the choice was made inside each fold on its training rows, judges chosen in "
+               f"{nested['judges_chosen_in_folds']} of {nested['folds']} folds, and the evaluator's reported τ is that of the "
+               "whole procedure" if nested else "each procedure's own figure")
+        lines.append(f"{what} τ: LLM-free {_f(lf.get('tau'), '.3f')}, with judges {_f(wj.get('tau'), '.3f')} ({how}).")
     if not any(c["fate"] == "kept" for c in cands):
         lines += ["", "**Warning: the judges added nothing** — no candidate is in the returned evaluator."]
     sc = llm.get("screening") or {}
