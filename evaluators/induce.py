@@ -15,6 +15,7 @@ from __future__ import annotations
 import datetime as _dt
 import logging
 import time
+import warnings as _warnings  # fit_on_features names its warning list `warnings`
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,7 +36,7 @@ from .selection import (
     choose_regression,
     make_selector,
 )
-from .stats import agreement, kendall_tau, kendall_taus
+from .stats import agreement, bootstrap_taus, kendall_tau, kendall_taus
 from .validity import (
     CrossFit,
     Validity,
@@ -163,18 +164,14 @@ def paired_difference(preds_a: list, preds_b: list, y, groups, n_boot: int, seed
     """τ(b) − τ(a) of two sets of predictions of the same rows (each τ the mean over its set,
     e.g. one per fold assignment) with a 95 % cluster-bootstrap CI on shared resamples of whole
     groups; ``beats_beyond_noise``: the CI's lower bound is above 0.  None without resamples."""
-    import warnings as warnings_module
-
-    from .stats import bootstrap_taus
-
     if not n_boot:
         return None
     y = np.asarray(y, dtype=float)
     ta = np.mean([kendall_tau(p, y)[0] for p in preds_a])
     tb = np.mean([kendall_tau(p, y)[0] for p in preds_b])
     boots = bootstrap_taus(list(preds_a) + list(preds_b), y, min(n_boot, 1000), seed, groups=np.asarray(groups).astype(str))
-    with warnings_module.catch_warnings():  # a resample where τ is undefined for every prediction: NaN, dropped below
-        warnings_module.simplefilter("ignore", RuntimeWarning)
+    with _warnings.catch_warnings():  # a resample where τ is undefined for every prediction: NaN, dropped below
+        _warnings.simplefilter("ignore", RuntimeWarning)
         diff = np.nanmean(boots[:, len(preds_a):], axis=1) - np.nanmean(boots[:, :len(preds_a)], axis=1)
     diff = diff[np.isfinite(diff)]
     if not len(diff) or not (np.isfinite(ta) and np.isfinite(tb)):

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..metricbank import default_metrics, list_metrics, load_card
+from ..metricbank import default_metrics, get_metric, list_metrics, load_card
 from ..metricbank._models import ModelMetric
 from ..metricbank.install import install_hint
 from .features import score_metrics
@@ -416,8 +416,6 @@ def score_bank(lab, target: str, task: str | None = None, *, test_size: float | 
     unavailable: dict[str, str] = {}
     inputs = lab.inputs if lab.has_input else None
     if metrics is not None:
-        from ..metricbank import get_metric
-
         bank = [get_metric(m) if isinstance(m, str) else m for m in metrics]
         names = [m.name for m in bank]
         plan = RetrievalPlan(names, names, [], [CandidateFate(n, cost_class(m), "given (--metrics)") for n, m in zip(names, bank, strict=True)],

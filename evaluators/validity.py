@@ -397,20 +397,9 @@ def inner_taus(procedures: list[FitPredict], tr: np.ndarray, y, groups, *, folds
     assignment, the same folds for every procedure); rows outside ``tr`` are never seen."""
     y = np.asarray(y, dtype=float)
     groups = np.asarray(groups).astype(str)
-    k = max(2, min(folds, _group_index(groups[tr])[1]))
-    fid = grouped_folds(groups[tr], k, seed)
-    out = []
-    for f in procedures:
-        oof = np.full(len(tr), np.nan)
-        for j in np.unique(fid):
-            ite, itr = tr[fid == j], tr[fid != j]
-            try:
-                oof[fid == j] = np.asarray(f(itr, ite, y), dtype=float)
-            except ValueError:
-                oof[fid == j] = float(np.mean(y[itr]))
-        t = kendall_tau(oof, y[tr])[0]
-        out.append(float(t) if math.isfinite(t) else 0.0)
-    return out
+    plan = [grouped_folds(groups[tr], max(2, min(folds, _group_index(groups[tr])[1])), seed)]
+    # the cross-fit of the rows tr alone: local positions mapped back to the caller's rows
+    return [_mean_tau(crossfit(lambda a, b, _yy, f=f: f(tr[a], tr[b], y), y[tr], plan), y[tr])[0] for f in procedures]
 
 
 def choose(taus: list[float]) -> int:
