@@ -269,7 +269,7 @@ def _similarity(texts: list[str], method: str) -> tuple[np.ndarray, str]:
 #: Kendall τ between two criteria's judge scores on the same training outputs at or above which
 #: two criteria of similar wording are one axis.  Similar wording alone is not enough: criteria of
 #: opposite direction ("keeps the meaning" / "loses meaning") embed close together (MiniLM cosine
-#: 0.65-0.71 measured on such pairs), and merging them loses the axis the labels may follow reversed.
+#: 0.65-0.71 on such pairs in issue 39's fits), and merging them loses the axis the labels may follow reversed.
 DUPLICATE_AGREEMENT = 0.5
 
 

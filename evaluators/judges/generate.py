@@ -295,7 +295,7 @@ def check_rubric_direction(spec: JudgeSpec, judge: LLMClient | None, inputs, out
     2. The training labels: the judge grades both rows of each contrastive ``pairs`` with the
        (possibly reversed) rubric.  When the lower-rated row scores higher on average by at
        least ``min_gap`` and in more pairs than not, the record says so (``reads_reversed``) but
-       the rubric is kept: a handful of pairs cannot decide a direction (measured: the check
+       the rubric is kept: a handful of pairs cannot decide a direction (issue 39 measured: the check
        rejected a rubric that reliably disagrees with the labels in 12 of 12 SimpEval fits, on 3
        pairs, while the same criterion as a single judge was used reversed), so, as for single
        judges, the sign the regression gives it on every training row decides.  These are the
